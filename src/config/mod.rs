@@ -1,0 +1,1 @@
+//! TOML configuration, read once at start. (placeholder: the config helper replaces this)

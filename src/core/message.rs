@@ -1,0 +1,108 @@
+//! The protocol-neutral message. Every codec converts to and from this.
+
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// A property value. STOMP headers arrive as strings; AMQP application
+/// properties keep their types so selectors can compare numbers as numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Double(f64),
+    String(Arc<str>),
+    Binary(Bytes),
+}
+
+impl Value {
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The value as a string for a text-only protocol such as STOMP.
+    pub fn to_text(&self) -> String {
+        match self {
+            Value::Null => String::new(),
+            Value::Bool(b) => b.to_string(),
+            Value::Int(i) => i.to_string(),
+            Value::Double(d) => d.to_string(),
+            Value::String(s) => s.to_string(),
+            Value::Binary(b) => String::from_utf8_lossy(b).into_owned(),
+        }
+    }
+}
+
+/// User properties in arrival order. A vector beats a map here: messages carry a
+/// handful of properties and are read far more often than searched.
+pub type Properties = Vec<(Arc<str>, Value)>;
+
+/// An encoding of the whole message that a protocol may reuse verbatim when the
+/// consumer speaks the same format (AMQP to AMQP forwards the original bytes).
+/// `format` is an opaque number owned by the protocol that produced it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WireForm {
+    pub format: u32,
+    pub bytes: Bytes,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Message {
+    /// Body bytes, usually a slice of the read buffer it arrived in.
+    pub body: Bytes,
+    pub properties: Properties,
+    /// The destination the sender named, as the core knows it (e.g. `orders`).
+    pub address: Arc<str>,
+    pub message_id: Option<Arc<str>>,
+    pub correlation_id: Option<Arc<str>>,
+    pub reply_to: Option<Arc<str>>,
+    pub content_type: Option<Arc<str>>,
+    pub subject: Option<Arc<str>>,
+    pub user_id: Option<Arc<str>>,
+    /// JMSXGroupID and friends.
+    pub group_id: Option<Arc<str>>,
+    /// JMSXGroupSeq, signed: -1 closes the group.
+    pub group_seq: Option<i32>,
+    /// Epoch milliseconds before which the message must not be delivered.
+    pub due_at: Option<u64>,
+    /// Epoch milliseconds after which the message must not be delivered.
+    pub expires_at: Option<u64>,
+    /// Epoch milliseconds at which the broker accepted the message.
+    pub timestamp: u64,
+    pub durable: bool,
+    /// 0..=9, 4 is normal.
+    pub priority: u8,
+    /// The original encoding, when a protocol wants to forward it unchanged.
+    pub wire: Option<WireForm>,
+}
+
+impl Message {
+    pub const DEFAULT_PRIORITY: u8 = 4;
+
+    pub fn property(&self, name: &str) -> Option<&Value> {
+        self.properties
+            .iter()
+            .find(|(key, _)| &**key == name)
+            .map(|(_, value)| value)
+    }
+
+    pub fn is_expired_at(&self, now_ms: u64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now_ms)
+    }
+
+    /// Approximate memory held by the message, for queue memory accounting.
+    pub fn weight(&self) -> usize {
+        let wire = self.wire.as_ref().map_or(0, |w| w.bytes.len());
+        std::mem::size_of::<Self>() + self.body.len() + wire + self.properties.len() * 48
+    }
+}
+
+/// Milliseconds since the Unix epoch, the broker's one clock for due and expiry times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,4 @@
+//! The protocol-neutral broker core.
+
+pub mod message;
+pub mod settings;

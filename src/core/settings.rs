@@ -1,0 +1,262 @@
+//! Per-queue behaviour, resolved from address patterns the way Artemis resolves
+//! `address-settings`: the most specific matching pattern wins, field by field.
+
+use std::time::Duration;
+
+/// What to do with a per-message delay above `max_message_delay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DelayOverMax {
+    /// Refuse the message with a protocol error (the default).
+    #[default]
+    Reject,
+    /// Deliver it at `max_message_delay` instead.
+    Clamp,
+}
+
+/// Everything a queue needs to know about itself. Fields for grouping and delay
+/// are here from the start so settings can be written before the features land.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSettings {
+    /// Persist every message sent to the queue, whatever the sender asked.
+    pub durable: bool,
+    /// Deliveries before a message is moved to `dead_letter_address`.
+    pub max_delivery_attempts: u32,
+    pub dead_letter_address: Option<String>,
+    /// Where expired messages go; dropped when `None`.
+    pub expiry_address: Option<String>,
+    /// Messages held in memory before new ones are paged to disk.
+    pub max_memory_messages: usize,
+    /// Unacknowledged deliveries per consumer unless the consumer asks for another window.
+    pub default_prefetch: u32,
+    /// Zaqar's `_default_message_delay`; zero makes this a normal queue.
+    pub default_message_delay: Duration,
+    pub max_message_delay: Duration,
+    pub delay_over_max: DelayOverMax,
+    pub redelivery_delay: Duration,
+    pub redelivery_multiplier: f64,
+    pub max_redelivery_delay: Duration,
+    pub group_rebalance: bool,
+    pub group_rebalance_pause_dispatch: bool,
+    /// -1 tracks every group, 0 turns grouping off, N hashes groups into N buckets.
+    pub group_buckets: i32,
+    pub group_first_key: Option<String>,
+    pub consumers_before_dispatch: u32,
+    pub delay_before_dispatch: Duration,
+    pub exclusive: bool,
+    /// Create the queue when a client first names it.
+    pub auto_create: bool,
+}
+
+impl Default for QueueSettings {
+    fn default() -> Self {
+        Self {
+            durable: false,
+            max_delivery_attempts: 10,
+            dead_letter_address: Some("DLQ".to_owned()),
+            expiry_address: None,
+            max_memory_messages: 10_000,
+            default_prefetch: 1_000,
+            default_message_delay: Duration::ZERO,
+            max_message_delay: Duration::from_secs(900),
+            delay_over_max: DelayOverMax::Reject,
+            redelivery_delay: Duration::ZERO,
+            redelivery_multiplier: 1.0,
+            max_redelivery_delay: Duration::from_secs(600),
+            group_rebalance: false,
+            group_rebalance_pause_dispatch: false,
+            group_buckets: -1,
+            group_first_key: None,
+            consumers_before_dispatch: 0,
+            delay_before_dispatch: Duration::ZERO,
+            exclusive: false,
+            auto_create: true,
+        }
+    }
+}
+
+/// A partial set of settings attached to an address pattern; `None` inherits.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct QueueSettingsOverride {
+    pub durable: Option<bool>,
+    pub max_delivery_attempts: Option<u32>,
+    pub dead_letter_address: Option<Option<String>>,
+    pub expiry_address: Option<Option<String>>,
+    pub max_memory_messages: Option<usize>,
+    pub default_prefetch: Option<u32>,
+    pub default_message_delay: Option<Duration>,
+    pub max_message_delay: Option<Duration>,
+    pub delay_over_max: Option<DelayOverMax>,
+    pub redelivery_delay: Option<Duration>,
+    pub redelivery_multiplier: Option<f64>,
+    pub max_redelivery_delay: Option<Duration>,
+    pub group_rebalance: Option<bool>,
+    pub group_rebalance_pause_dispatch: Option<bool>,
+    pub group_buckets: Option<i32>,
+    pub group_first_key: Option<Option<String>>,
+    pub consumers_before_dispatch: Option<u32>,
+    pub delay_before_dispatch: Option<Duration>,
+    pub exclusive: Option<bool>,
+    pub auto_create: Option<bool>,
+}
+
+macro_rules! apply_overrides {
+    ($target:ident, $over:ident, $($field:ident),* $(,)?) => {
+        $( if let Some(v) = &$over.$field { $target.$field = v.clone(); } )*
+    };
+}
+
+impl QueueSettingsOverride {
+    fn apply_to(&self, s: &mut QueueSettings) {
+        apply_overrides!(
+            s,
+            self,
+            durable,
+            max_delivery_attempts,
+            dead_letter_address,
+            expiry_address,
+            max_memory_messages,
+            default_prefetch,
+            default_message_delay,
+            max_message_delay,
+            delay_over_max,
+            redelivery_delay,
+            redelivery_multiplier,
+            max_redelivery_delay,
+            group_rebalance,
+            group_rebalance_pause_dispatch,
+            group_buckets,
+            group_first_key,
+            consumers_before_dispatch,
+            delay_before_dispatch,
+            exclusive,
+            auto_create,
+        );
+    }
+}
+
+/// An address pattern: words separated by `.`, `*` matches one word, `#` any
+/// number of words (including none), as in Artemis and RabbitMQ topic bindings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressPattern {
+    text: String,
+    words: Vec<String>,
+}
+
+impl AddressPattern {
+    pub fn new(text: &str) -> Self {
+        Self {
+            text: text.to_owned(),
+            words: text.split('.').map(str::to_owned).collect(),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn matches(&self, address: &str) -> bool {
+        let words: Vec<&str> = address.split('.').collect();
+        match_words(&self.words, &words)
+    }
+
+    /// Orders patterns so the more specific one sorts later (and wins when applied last):
+    /// literal words beat `*`, which beats `#`.
+    fn specificity(&self) -> (usize, usize, usize) {
+        let literal = self.words.iter().filter(|w| *w != "*" && *w != "#").count();
+        let single = self.words.iter().filter(|w| *w == "*").count();
+        let no_hash = usize::from(!self.words.iter().any(|w| w == "#"));
+        (no_hash, literal, single)
+    }
+}
+
+fn match_words(pattern: &[String], words: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => words.is_empty(),
+        Some((first, rest)) if first == "#" => {
+            (0..=words.len()).any(|skip| match_words(rest, &words[skip..]))
+        }
+        Some((first, rest)) => match words.split_first() {
+            Some((word, more)) if first == "*" || first == word => match_words(rest, more),
+            _ => false,
+        },
+    }
+}
+
+/// The broker-wide defaults plus the per-pattern overrides.
+#[derive(Debug, Clone, Default)]
+pub struct SettingsTable {
+    defaults: QueueSettings,
+    patterns: Vec<(AddressPattern, QueueSettingsOverride)>,
+}
+
+impl SettingsTable {
+    pub fn new(defaults: QueueSettings) -> Self {
+        Self {
+            defaults,
+            patterns: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, pattern: AddressPattern, settings: QueueSettingsOverride) {
+        self.patterns.push((pattern, settings));
+        self.patterns
+            .sort_by_key(|(pattern, _)| pattern.specificity());
+    }
+
+    pub fn defaults(&self) -> &QueueSettings {
+        &self.defaults
+    }
+
+    /// Settings for a queue, most specific matching pattern applied last.
+    pub fn resolve(&self, queue: &str) -> QueueSettings {
+        let mut settings = self.defaults.clone();
+        for (pattern, over) in &self.patterns {
+            if pattern.matches(queue) {
+                over.apply_to(&mut settings);
+            }
+        }
+        settings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_words() {
+        let p = AddressPattern::new("orders.*");
+        assert!(p.matches("orders.eu"));
+        assert!(!p.matches("orders"));
+        assert!(!p.matches("orders.eu.paris"));
+        let h = AddressPattern::new("orders.#");
+        assert!(h.matches("orders"));
+        assert!(h.matches("orders.eu.paris"));
+        assert!(!h.matches("invoices.eu"));
+        assert!(AddressPattern::new("#").matches("anything.at.all"));
+    }
+
+    #[test]
+    fn most_specific_pattern_wins() {
+        let mut table = SettingsTable::new(QueueSettings::default());
+        table.add(
+            AddressPattern::new("orders.eu"),
+            QueueSettingsOverride {
+                max_delivery_attempts: Some(3),
+                ..Default::default()
+            },
+        );
+        table.add(
+            AddressPattern::new("#"),
+            QueueSettingsOverride {
+                max_delivery_attempts: Some(5),
+                durable: Some(true),
+                ..Default::default()
+            },
+        );
+        let s = table.resolve("orders.eu");
+        assert_eq!(s.max_delivery_attempts, 3);
+        assert!(s.durable);
+        assert_eq!(table.resolve("x").max_delivery_attempts, 5);
+    }
+}

@@ -1,0 +1,14 @@
+//! Weir: a message broker that STOMP and AMQP 1.0 clients reach unchanged.
+//!
+//! Layers, arrows pointing down only:
+//! - [`protocol`]: STOMP and AMQP codecs and sessions, converting to [`core::Message`].
+//! - [`core`]: protocol-neutral routing, queues, grouping, delays, dispatch.
+//! - [`store`]: RocksDB persistence with group commit.
+//!
+//! [`config`] is read once at start and [`server`] wires the layers together.
+
+pub mod config;
+pub mod core;
+pub mod protocol;
+pub mod server;
+pub mod store;

@@ -1,0 +1,5 @@
+//! Wire protocols. Each converts its frames to and from [`crate::core::Message`]
+//! and talks to the broker only through the core API.
+
+pub mod amqp;
+pub mod stomp;

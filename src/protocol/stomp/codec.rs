@@ -1,0 +1,1 @@
+//! tokio-util codec for STOMP. (placeholder)

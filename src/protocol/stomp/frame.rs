@@ -1,0 +1,1 @@
+//! STOMP frame model and nom parser. (placeholder)

@@ -1,0 +1,1 @@
+//! Acceptors, connection limits and graceful shutdown.
