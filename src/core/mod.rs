@@ -1,4 +1,20 @@
-//! The protocol-neutral broker core.
+//! The protocol-neutral broker core: messages, queues, grouping, delays and
+//! dispatch. Nothing here knows which protocol a message came from.
 
+pub mod auth;
+pub mod broker;
+pub mod consumer;
+pub mod error;
+pub mod grouping;
 pub mod message;
+pub mod persist;
+pub mod queue;
 pub mod settings;
+
+pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};
+pub use consumer::{ConsumerOptions, CreditMode, Delivery, Release};
+pub use error::CoreError;
+pub use message::{Message, Value};
+
+#[cfg(test)]
+mod tests;

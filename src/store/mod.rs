@@ -1,1 +1,21 @@
-//! RocksDB persistence.
+//! RocksDB persistence: the core hands it opaque records keyed by queue and
+//! sequence; it never interprets a message.
+
+mod keys;
+mod rocks;
+mod writer;
+
+pub use keys::{MessageKey, ScheduleKey};
+pub use rocks::{RecoveredQueue, Store, StoreOptions};
+pub use writer::{Completion, FsyncPolicy, Op};
+
+/// Everything that can go wrong below the core.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("storage error: {0}")]
+    Rocks(#[from] rocksdb::Error),
+    #[error("storage is shut down")]
+    Closed,
+    #[error("corrupt record under key {0:02x?}")]
+    Corrupt(Vec<u8>),
+}

@@ -1,0 +1,486 @@
+//! The broker: names to queues, publish and subscribe, recovery at start.
+//! Protocols call only this and the handles it returns.
+
+use super::auth::Authenticator;
+use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
+use super::error::CoreError;
+use super::message::{now_ms, Message, Value};
+use super::queue::{Diversion, Diverter, Queue};
+use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
+use crate::store::{Completion, Op, Store, StoreError};
+use bytes::{BufMut, Bytes, BytesMut};
+use dashmap::DashMap;
+use parking_lot::RwLock;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// How an address distributes messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RoutingType {
+    /// Each message to one consumer of the queue (a JMS queue, STOMP `/queue/`).
+    Anycast,
+    /// Each subscriber gets its own copy (a JMS topic, STOMP `/topic/`).
+    Multicast,
+}
+
+pub struct BrokerOptions {
+    pub settings: SettingsTable,
+    pub auth: Authenticator,
+    /// Queues that exist from the start, with their own settings.
+    pub declared: Vec<(String, QueueSettings)>,
+}
+
+/// Receives messages that became due, from the delay schedule.
+pub trait DelayedDelivery: Send + Sync {
+    /// Holds `message` for `queue` until `message.due_at`.
+    fn schedule(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        delivery_count: u32,
+    ) -> Completion;
+}
+
+/// Handle to the broker; cheap to clone.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: SettingsTable,
+    auth: Authenticator,
+    store: Store,
+    queues: DashMap<Arc<str>, Arc<Queue>>,
+    topics: DashMap<Arc<str>, Arc<Topic>>,
+    /// Queue settings set explicitly in the config, by queue name.
+    declared: HashMap<String, QueueSettings>,
+    next_queue_id: AtomicU32,
+    next_consumer_id: AtomicU64,
+    scheduler: RwLock<Option<Arc<dyn DelayedDelivery>>>,
+    me: Weak<Inner>,
+}
+
+#[derive(Default)]
+struct Topic {
+    subscribers: RwLock<Vec<Arc<Queue>>>,
+}
+
+const QUEUE_RECORD_VERSION: u8 = 1;
+
+impl Broker {
+    /// Opens the broker on a store, recovering the queues and messages in it.
+    pub fn open(store: Store, options: BrokerOptions) -> Result<Broker, CoreError> {
+        let inner = Arc::new_cyclic(|me| Inner {
+            settings: options.settings,
+            auth: options.auth,
+            store,
+            queues: DashMap::new(),
+            topics: DashMap::new(),
+            declared: options.declared.iter().cloned().collect(),
+            next_queue_id: AtomicU32::new(1),
+            next_consumer_id: AtomicU64::new(1),
+            scheduler: RwLock::new(None),
+            me: me.clone(),
+        });
+        let broker = Broker { inner };
+        broker.recover()?;
+        for (name, _) in &options.declared {
+            broker.queue_or_create(name, true)?;
+        }
+        Ok(broker)
+    }
+
+    pub fn auth(&self) -> &Authenticator {
+        &self.inner.auth
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// Installs the delay schedule (done once at start).
+    pub fn set_scheduler(&self, scheduler: Arc<dyn DelayedDelivery>) {
+        *self.inner.scheduler.write() = Some(scheduler);
+    }
+
+    pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {
+        self.inner.queues.get(name).map(|q| q.clone())
+    }
+
+    /// A queue by its store id (the delay schedule names queues by id).
+    pub fn queue_by_id(&self, id: u32) -> Option<Arc<Queue>> {
+        self.inner
+            .queues
+            .iter()
+            .find(|q| q.id() == id)
+            .map(|q| q.clone())
+    }
+
+    pub fn queue_names(&self) -> Vec<Arc<str>> {
+        self.inner.queues.iter().map(|q| q.key().clone()).collect()
+    }
+
+    pub fn settings_for(&self, name: &str) -> QueueSettings {
+        match self.inner.declared.get(name) {
+            Some(s) => s.clone(),
+            None => self.inner.settings.resolve(name),
+        }
+    }
+
+    pub fn next_consumer_id(&self) -> ConsumerId {
+        self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The queue of that name, created when allowed.
+    pub fn queue_or_create(&self, name: &str, force: bool) -> Result<Arc<Queue>, CoreError> {
+        if let Some(q) = self.inner.queues.get(name) {
+            return Ok(q.clone());
+        }
+        validate_name(name)?;
+        let settings = self.settings_for(name);
+        if !force && !settings.auto_create {
+            return Err(CoreError::NotFound(name.to_owned()));
+        }
+        let entry = self.inner.queues.entry(Arc::from(name));
+        let queue = entry
+            .or_try_insert_with(|| {
+                let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
+                let mut record = BytesMut::with_capacity(5);
+                record.put_u8(QUEUE_RECORD_VERSION);
+                record.put_u32(id);
+                self.inner.store.submit_detached(Op::PutQueue {
+                    name: name.to_owned(),
+                    record: record.freeze(),
+                });
+                Ok::<_, CoreError>(self.new_queue(Arc::from(name), id, settings))
+            })?
+            .clone();
+        Ok(queue)
+    }
+
+    fn new_queue(&self, name: Arc<str>, id: u32, settings: QueueSettings) -> Arc<Queue> {
+        let diverter: Weak<dyn Diverter> = self.inner.me.clone();
+        Arc::new(Queue::new(
+            name,
+            id,
+            settings,
+            self.inner.store.clone(),
+            diverter,
+        ))
+    }
+
+    /// Routes a message. The completion resolves when every durable copy is on disk.
+    pub fn publish(&self, message: Message, routing: RoutingType) -> Result<Completion, CoreError> {
+        match routing {
+            RoutingType::Anycast => {
+                let queue = self.queue_or_create(&message.address, false)?;
+                self.publish_to(&queue, message)
+            }
+            RoutingType::Multicast => {
+                let Some(topic) = self.inner.topics.get(&*message.address).map(|t| t.clone())
+                else {
+                    // Nobody subscribed: a topic keeps nothing, as in JMS.
+                    validate_name(&message.address)?;
+                    return Ok(Completion::ready());
+                };
+                let subscribers = topic.subscribers.read().clone();
+                let message = self
+                    .resolve_delay(message, &self.settings_for(&message_address(&subscribers)))?;
+                let shared = Arc::new(message);
+                let mut last = Completion::ready();
+                for queue in &subscribers {
+                    last = self.enqueue(queue, shared.clone(), 0);
+                }
+                Ok(last)
+            }
+        }
+    }
+
+    /// Sends straight to a known queue (anonymous relay, internal moves).
+    pub fn publish_to(
+        &self,
+        queue: &Arc<Queue>,
+        message: Message,
+    ) -> Result<Completion, CoreError> {
+        let message = self.resolve_delay(message, queue.settings())?;
+        Ok(self.enqueue(queue, Arc::new(message), 0))
+    }
+
+    fn enqueue(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        delivery_count: u32,
+    ) -> Completion {
+        if let Some(due) = message.due_at {
+            if due > now_ms() {
+                if message.expires_at.is_some_and(|exp| exp <= due) {
+                    // Expires before it is due: never delivered (Zaqar's ttl < delay).
+                    self.inner.divert(queue, message, Diversion::Expired);
+                    return Completion::ready();
+                }
+                if let Some(scheduler) = self.inner.scheduler.read().clone() {
+                    return scheduler.schedule(queue, message, delivery_count);
+                }
+            }
+        }
+        queue.publish_counted(message, delivery_count)
+    }
+
+    /// Applies the queue's default delay and the maximum (Zaqar's delayed queues).
+    fn resolve_delay(
+        &self,
+        mut message: Message,
+        settings: &QueueSettings,
+    ) -> Result<Message, CoreError> {
+        let now = now_ms();
+        let due = match message.due_at {
+            Some(due) => due,
+            None if !settings.default_message_delay.is_zero() => {
+                now + settings.default_message_delay.as_millis() as u64
+            }
+            None => return Ok(message),
+        };
+        if due <= now {
+            message.due_at = None;
+            return Ok(message);
+        }
+        let max = settings.max_message_delay.as_millis() as u64;
+        let delay = due - now;
+        if delay > max {
+            match settings.delay_over_max {
+                DelayOverMax::Reject => {
+                    return Err(CoreError::DelayTooLong {
+                        queue: message.address.to_string(),
+                        requested_ms: delay,
+                        max_ms: max,
+                    })
+                }
+                DelayOverMax::Clamp => message.due_at = Some(now + max),
+            }
+        } else {
+            message.due_at = Some(due);
+        }
+        Ok(message)
+    }
+
+    /// Attaches a consumer. Multicast gets a private queue that lives as long as the subscription.
+    pub fn subscribe(
+        &self,
+        address: &str,
+        routing: RoutingType,
+        options: ConsumerOptions,
+        sink: DeliverySink,
+    ) -> Result<Subscription, CoreError> {
+        let id = self.next_consumer_id();
+        match routing {
+            RoutingType::Anycast => {
+                let queue = self.queue_or_create(address, false)?;
+                queue.add_consumer(options, id, sink);
+                Ok(Subscription {
+                    broker: self.clone(),
+                    queue,
+                    consumer: id,
+                    topic: None,
+                })
+            }
+            RoutingType::Multicast => {
+                validate_name(address)?;
+                let queue_id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
+                let name: Arc<str> = Arc::from(format!("{address}::sub-{id}"));
+                let queue = self.new_queue(name, queue_id, self.settings_for(address));
+                let topic = self
+                    .inner
+                    .topics
+                    .entry(Arc::from(address))
+                    .or_default()
+                    .clone();
+                topic.subscribers.write().push(queue.clone());
+                queue.add_consumer(options, id, sink);
+                Ok(Subscription {
+                    broker: self.clone(),
+                    queue,
+                    consumer: id,
+                    topic: Some(Arc::from(address)),
+                })
+            }
+        }
+    }
+
+    fn recover(&self) -> Result<(), CoreError> {
+        let store = &self.inner.store;
+        let mut by_id: HashMap<u32, Arc<Queue>> = HashMap::new();
+        let mut max_id = 0;
+        for recovered in store.queues()? {
+            let record = &recovered.record;
+            if record.len() < 5 || record[0] != QUEUE_RECORD_VERSION {
+                return Err(StoreError::Corrupt(recovered.name.into_bytes()).into());
+            }
+            let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
+            max_id = max_id.max(id);
+            let name: Arc<str> = Arc::from(recovered.name.as_str());
+            let queue = self.new_queue(name.clone(), id, self.settings_for(&name));
+            self.inner.queues.insert(name, queue.clone());
+            by_id.insert(id, queue);
+        }
+        self.inner
+            .next_queue_id
+            .store(max_id + 1, Ordering::Relaxed);
+
+        struct Loading {
+            in_memory: Vec<(u64, Bytes)>,
+            backlog_from: Option<u64>,
+            backlog: usize,
+            next_seq: u64,
+        }
+        let mut loading: HashMap<u32, Loading> = HashMap::new();
+        let mut stale = Vec::new();
+        store.for_each_message(|key, record| {
+            let Some(queue) = by_id.get(&key.queue) else {
+                stale.push(key);
+                return;
+            };
+            // Byte 1 of a record is the durable flag: non-durable messages
+            // paged to disk do not survive a restart.
+            if record.get(1) != Some(&1) && !queue.settings().durable {
+                stale.push(key);
+                return;
+            }
+            let l = loading.entry(key.queue).or_insert(Loading {
+                in_memory: Vec::new(),
+                backlog_from: None,
+                backlog: 0,
+                next_seq: 1,
+            });
+            l.next_seq = key.seq + 1;
+            if l.backlog_from.is_none() && l.in_memory.len() < queue.settings().max_memory_messages
+            {
+                l.in_memory.push((key.seq, record));
+            } else {
+                l.backlog_from.get_or_insert(key.seq);
+                l.backlog += 1;
+            }
+        })?;
+        for key in stale {
+            store.submit_detached(Op::DeleteMessage { key });
+        }
+        let mut total = 0;
+        for (id, l) in loading {
+            if let Some(queue) = by_id.get(&id) {
+                total += l.in_memory.len() + l.backlog;
+                queue.recover(
+                    l.in_memory,
+                    l.backlog_from.map(|from| (from, l.backlog)),
+                    l.next_seq,
+                );
+            }
+        }
+        tracing::info!(queues = by_id.len(), messages = total, "recovered");
+        Ok(())
+    }
+}
+
+fn message_address(subscribers: &[Arc<Queue>]) -> String {
+    subscribers
+        .first()
+        .map(|q| q.name().split("::").next().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+fn validate_name(name: &str) -> Result<(), CoreError> {
+    let bad = name.is_empty()
+        || name.len() > 255
+        || name.contains("::")
+        || name.chars().any(char::is_control);
+    if bad {
+        Err(CoreError::InvalidAddress(name.to_owned()))
+    } else {
+        Ok(())
+    }
+}
+
+impl Diverter for Inner {
+    fn divert(&self, from: &Queue, message: Arc<Message>, why: Diversion) {
+        let target = match why {
+            Diversion::Expired => from.settings().expiry_address.clone(),
+            Diversion::DeadLetter => from.settings().dead_letter_address.clone(),
+        };
+        let Some(target) = target.filter(|t| !t.is_empty() && t.as_str() != &**from.name()) else {
+            tracing::debug!(queue = %from.name(), ?why, "message dropped");
+            return;
+        };
+        let Some(me) = self.me.upgrade() else { return };
+        let broker = Broker { inner: me };
+        let mut copy = (*message).clone();
+        copy.properties.push((
+            Arc::from("_AMQ_ORIG_ADDRESS"),
+            Value::String(from.name().clone()),
+        ));
+        copy.address = Arc::from(target.as_str());
+        copy.expires_at = None;
+        copy.due_at = None;
+        match broker.queue_or_create(&target, true) {
+            Ok(queue) => {
+                queue.publish(Arc::new(copy));
+            }
+            Err(e) => {
+                tracing::warn!(queue = %from.name(), target = %target, error = %e, "cannot divert message")
+            }
+        }
+    }
+
+    fn redeliver_later(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        delivery_count: u32,
+        delay_ms: u64,
+    ) {
+        let mut copy = (*message).clone();
+        copy.due_at = Some(now_ms() + delay_ms);
+        let scheduler = self.scheduler.read().clone();
+        match scheduler {
+            Some(s) => {
+                s.schedule(queue, Arc::new(copy), delivery_count);
+            }
+            None => {
+                queue.publish_counted(message, delivery_count);
+            }
+        }
+    }
+}
+
+/// A consumer attached to a queue; detaches when dropped.
+pub struct Subscription {
+    broker: Broker,
+    queue: Arc<Queue>,
+    consumer: ConsumerId,
+    topic: Option<Arc<str>>,
+}
+
+impl Subscription {
+    pub fn queue(&self) -> &Arc<Queue> {
+        &self.queue
+    }
+
+    pub fn consumer(&self) -> ConsumerId {
+        self.consumer
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.queue.remove_consumer(self.consumer);
+        if let Some(topic_name) = &self.topic {
+            if let Some(topic) = self.broker.inner.topics.get(topic_name) {
+                topic
+                    .subscribers
+                    .write()
+                    .retain(|q| !Arc::ptr_eq(q, &self.queue));
+            }
+            self.queue.purge();
+        }
+    }
+}

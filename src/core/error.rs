@@ -1,0 +1,40 @@
+//! Errors the core reports to protocols, which map them to their own error frames.
+
+use crate::store::StoreError;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CoreError {
+    #[error("queue '{0}' does not exist and auto-create is off")]
+    NotFound(String),
+    #[error("destination name '{0}' is not allowed")]
+    InvalidAddress(String),
+    #[error("delay of {requested_ms} ms exceeds the maximum of {max_ms} ms for '{queue}'")]
+    DelayTooLong {
+        queue: String,
+        requested_ms: u64,
+        max_ms: u64,
+    },
+    #[error("invalid delay: {0}")]
+    InvalidDelay(String),
+    #[error("delivery {0} is not outstanding on this consumer")]
+    UnknownDelivery(u64),
+    #[error("consumer is closed")]
+    ConsumerClosed,
+    #[error("{0}")]
+    Store(Arc<StoreError>),
+    #[error("broker is shutting down")]
+    ShuttingDown,
+}
+
+impl From<Arc<StoreError>> for CoreError {
+    fn from(e: Arc<StoreError>) -> Self {
+        CoreError::Store(e)
+    }
+}
+
+impl From<StoreError> for CoreError {
+    fn from(e: StoreError) -> Self {
+        CoreError::Store(Arc::new(e))
+    }
+}

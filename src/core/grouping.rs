@@ -1,0 +1,142 @@
+//! Message groups: which consumer owns which group, and how group ids map to
+//! the lanes a queue keeps its ready messages in.
+
+use super::consumer::ConsumerId;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+/// The group bindings of one queue.
+#[derive(Debug, Default)]
+pub struct GroupTable {
+    owner: HashMap<Arc<str>, ConsumerId>,
+    groups_per_consumer: HashMap<ConsumerId, usize>,
+    /// `None` tracks every group; `Some(names)` hashes groups into these buckets.
+    buckets: Option<Vec<Arc<str>>>,
+    enabled: bool,
+}
+
+impl GroupTable {
+    /// `group_buckets`: -1 tracks every group, 0 turns grouping off, N hashes into N buckets.
+    pub fn new(group_buckets: i32) -> Self {
+        let buckets = (group_buckets > 0).then(|| {
+            (0..group_buckets)
+                .map(|i| Arc::from(format!("\u{0}bucket-{i}")))
+                .collect()
+        });
+        Self {
+            owner: HashMap::new(),
+            groups_per_consumer: HashMap::new(),
+            buckets,
+            enabled: group_buckets != 0,
+        }
+    }
+
+    /// The lane a group id maps to, or `None` when grouping is off.
+    pub fn lane_of(&self, group_id: &Arc<str>) -> Option<Arc<str>> {
+        if !self.enabled {
+            return None;
+        }
+        match &self.buckets {
+            None => Some(group_id.clone()),
+            Some(buckets) => {
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                group_id.hash(&mut hasher);
+                let index = (hasher.finish() % buckets.len() as u64) as usize;
+                buckets.get(index).cloned()
+            }
+        }
+    }
+
+    pub fn owner(&self, lane: &str) -> Option<ConsumerId> {
+        self.owner.get(lane).copied()
+    }
+
+    pub fn bind(&mut self, lane: Arc<str>, consumer: ConsumerId) {
+        if let Some(previous) = self.owner.insert(lane, consumer) {
+            self.forget(previous);
+        }
+        *self.groups_per_consumer.entry(consumer).or_default() += 1;
+    }
+
+    pub fn unbind(&mut self, lane: &str) -> Option<ConsumerId> {
+        let previous = self.owner.remove(lane)?;
+        self.forget(previous);
+        Some(previous)
+    }
+
+    /// Releases every group of a consumer; returns the lanes it owned.
+    pub fn unbind_consumer(&mut self, consumer: ConsumerId) -> Vec<Arc<str>> {
+        if self.groups_per_consumer.remove(&consumer).is_none() {
+            return Vec::new();
+        }
+        let lanes: Vec<Arc<str>> = self
+            .owner
+            .iter()
+            .filter(|(_, owner)| **owner == consumer)
+            .map(|(lane, _)| lane.clone())
+            .collect();
+        for lane in &lanes {
+            self.owner.remove(lane);
+        }
+        lanes
+    }
+
+    pub fn group_count(&self, consumer: ConsumerId) -> usize {
+        self.groups_per_consumer
+            .get(&consumer)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    fn forget(&mut self, consumer: ConsumerId) {
+        if let Some(count) = self.groups_per_consumer.get_mut(&consumer) {
+            *count -= 1;
+            if *count == 0 {
+                self.groups_per_consumer.remove(&consumer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_and_releases() {
+        let mut t = GroupTable::new(-1);
+        let a: Arc<str> = Arc::from("a");
+        let lane = t.lane_of(&a).unwrap();
+        t.bind(lane.clone(), 1);
+        t.bind(Arc::from("b"), 1);
+        t.bind(Arc::from("c"), 2);
+        assert_eq!(t.owner("a"), Some(1));
+        assert_eq!(t.group_count(1), 2);
+        let mut released = t.unbind_consumer(1);
+        released.sort();
+        assert_eq!(released, vec![Arc::from("a"), Arc::from("b")]);
+        assert_eq!(t.owner("a"), None);
+        assert_eq!(t.group_count(1), 0);
+        assert_eq!(t.unbind("c"), Some(2));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn buckets_and_off() {
+        let t = GroupTable::new(4);
+        let lanes: std::collections::HashSet<_> = (0..100)
+            .map(|i| t.lane_of(&Arc::from(format!("g{i}"))).unwrap())
+            .collect();
+        assert!(lanes.len() <= 4);
+        assert_eq!(GroupTable::new(0).lane_of(&Arc::from("g")), None);
+    }
+}

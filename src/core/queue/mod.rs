@@ -1,0 +1,715 @@
+//! A queue: ready messages (in lanes, see [`ready`]), consumers with credit,
+//! deliveries in flight, and the disk backlog of a deep queue. One mutex per
+//! queue; nothing inside it awaits, so it is never held across a suspension.
+
+pub mod ready;
+
+use self::ready::{Entry, Pick, ReadySet};
+use super::consumer::{
+    ConsumerId, ConsumerOptions, CreditMode, Delivery, DeliverySink, MessageFilter, Release,
+};
+use super::error::CoreError;
+use super::grouping::GroupTable;
+use super::message::{now_ms, Message};
+use super::persist;
+use super::settings::QueueSettings;
+use crate::store::{Completion, MessageKey, Op, Store};
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
+
+/// Why a message leaves its queue without being acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Diversion {
+    Expired,
+    DeadLetter,
+}
+
+/// Receives messages a queue gives up on (expired, dead-lettered) so they can
+/// be routed elsewhere; implemented by the broker.
+pub trait Diverter: Send + Sync {
+    fn divert(&self, from: &Queue, message: Arc<Message>, why: Diversion);
+    /// A released message that must wait before its next delivery attempt.
+    fn redeliver_later(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        delivery_count: u32,
+        delay_ms: u64,
+    );
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QueueStats {
+    pub ready: usize,
+    pub in_flight: usize,
+    pub paged: usize,
+    pub consumers: usize,
+    pub groups: usize,
+}
+
+struct Slot {
+    id: ConsumerId,
+    sink: DeliverySink,
+    credit: u32,
+    mode: CreditMode,
+    priority: i32,
+    filter: Option<Arc<dyn MessageFilter>>,
+    /// Messages a browser has yet to see.
+    browse: Option<VecDeque<Entry>>,
+}
+
+struct InFlight {
+    consumer: ConsumerId,
+    entry: Entry,
+}
+
+/// Messages that went to disk because memory for this queue was full.
+#[derive(Default)]
+struct Backlog {
+    count: usize,
+    next_seq: u64,
+    retry_scheduled: bool,
+}
+
+struct State {
+    next_seq: u64,
+    ready: ReadySet,
+    groups: GroupTable,
+    consumers: Vec<Slot>,
+    next_rr: usize,
+    in_flight: HashMap<u64, InFlight>,
+    backlog: Backlog,
+    deleted: bool,
+}
+
+pub struct Queue {
+    name: Arc<str>,
+    id: u32,
+    settings: QueueSettings,
+    store: Store,
+    diverter: Weak<dyn Diverter>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("name", &self.name)
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+/// Work that must happen after the queue lock is released.
+#[derive(Default)]
+struct AfterUnlock {
+    diverted: Vec<(Arc<Message>, Diversion)>,
+    later: Vec<(Arc<Message>, u32, u64)>,
+    retry_page_in: bool,
+}
+
+impl Queue {
+    pub fn new(
+        name: Arc<str>,
+        id: u32,
+        settings: QueueSettings,
+        store: Store,
+        diverter: Weak<dyn Diverter>,
+    ) -> Self {
+        let groups = GroupTable::new(settings.group_buckets);
+        Self {
+            name,
+            id,
+            settings,
+            store,
+            diverter,
+            state: Mutex::new(State {
+                next_seq: 1,
+                ready: ReadySet::default(),
+                groups,
+                consumers: Vec::new(),
+                next_rr: 0,
+                in_flight: HashMap::new(),
+                backlog: Backlog::default(),
+                deleted: false,
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub fn settings(&self) -> &QueueSettings {
+        &self.settings
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let st = self.state.lock();
+        QueueStats {
+            ready: st.ready.len(),
+            in_flight: st.in_flight.len(),
+            paged: st.backlog.count,
+            consumers: st.consumers.len(),
+            groups: st.groups.len(),
+        }
+    }
+
+    /// Accepts a message that is due now. The completion resolves once it is
+    /// durable (immediately for a non-durable message that stayed in memory).
+    pub fn publish(self: &Arc<Self>, message: Arc<Message>) -> Completion {
+        self.publish_counted(message, 0)
+    }
+
+    /// Accepts a message that was delivered before (redelivery after a delay).
+    pub fn publish_counted(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        delivery_count: u32,
+    ) -> Completion {
+        let durable = message.durable || self.settings.durable;
+        // Encode outside the lock; the record does not depend on the sequence.
+        let record = durable.then(|| persist::encode(&message, delivery_count));
+        let mut after = AfterUnlock::default();
+        let completion = {
+            let mut st = self.state.lock();
+            let seq = st.next_seq;
+            st.next_seq += 1;
+            let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+            let to_disk =
+                st.backlog.count > 0 || st.ready.len() >= self.settings.max_memory_messages;
+            if to_disk {
+                let record = record.unwrap_or_else(|| persist::encode(&message, delivery_count));
+                if st.backlog.count == 0 {
+                    st.backlog.next_seq = seq;
+                }
+                st.backlog.count += 1;
+                self.store.submit(Op::PutMessage {
+                    key: MessageKey {
+                        queue: self.id,
+                        seq,
+                    },
+                    record,
+                })
+            } else {
+                let completion = match record {
+                    Some(record) => self.store.submit(Op::PutMessage {
+                        key: MessageKey {
+                            queue: self.id,
+                            seq,
+                        },
+                        record,
+                    }),
+                    None => Completion::ready(),
+                };
+                let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
+                st.ready.push(
+                    Entry {
+                        seq,
+                        message,
+                        delivery_count,
+                        persisted: durable,
+                        lane,
+                    },
+                    owner,
+                );
+                self.dispatch(&mut st, &mut after);
+                completion
+            }
+        };
+        self.finish(after);
+        completion
+    }
+
+    /// Loads messages found on disk at start: the first ones into memory, the
+    /// rest left as a backlog to page in as consumers drain the queue.
+    pub(crate) fn recover(
+        &self,
+        records: Vec<(u64, Bytes)>,
+        backlog_from: Option<(u64, usize)>,
+        next_seq: u64,
+    ) {
+        let mut st = self.state.lock();
+        for (seq, record) in records {
+            match persist::decode(record) {
+                Ok(stored) => {
+                    let message = Arc::new(stored.message);
+                    let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+                    st.ready.push(
+                        Entry {
+                            seq,
+                            message,
+                            delivery_count: stored.delivery_count,
+                            persisted: true,
+                            lane,
+                        },
+                        None,
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable stored message")
+                }
+            }
+        }
+        if let Some((from, count)) = backlog_from {
+            st.backlog.next_seq = from;
+            st.backlog.count = count;
+        }
+        st.next_seq = st.next_seq.max(next_seq);
+    }
+
+    pub fn add_consumer(
+        self: &Arc<Self>,
+        options: ConsumerOptions,
+        id: ConsumerId,
+        sink: DeliverySink,
+    ) -> ConsumerId {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            let credit = match options.credit {
+                CreditMode::Window(n) => n,
+                CreditMode::Explicit => 0,
+            };
+            let browse = options.browse.then(|| st.ready.snapshot().into());
+            st.consumers.push(Slot {
+                id,
+                sink,
+                credit,
+                mode: options.credit,
+                priority: options.priority,
+                filter: options.filter,
+                browse,
+            });
+            // Highest priority first; stable so equal priorities keep arrival order.
+            st.consumers.sort_by_key(|s| std::cmp::Reverse(s.priority));
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+        id
+    }
+
+    /// Detaches a consumer; its unsettled messages and its groups go back to the queue.
+    pub fn remove_consumer(self: &Arc<Self>, consumer: ConsumerId) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            st.consumers.retain(|s| s.id != consumer);
+            for lane in st.groups.unbind_consumer(consumer) {
+                st.ready.rebind(&lane, Some(consumer), None);
+            }
+            let mut returned: Vec<u64> = st
+                .in_flight
+                .iter()
+                .filter(|(_, f)| f.consumer == consumer)
+                .map(|(seq, _)| *seq)
+                .collect();
+            returned.sort_unstable();
+            for seq in returned {
+                if let Some(flight) = st.in_flight.remove(&seq) {
+                    self.return_entry(&mut st, flight.entry, Release::Failed, &mut after);
+                }
+            }
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+    }
+
+    /// Grants more credit (AMQP flow, or a STOMP window refill).
+    pub fn add_credit(self: &Arc<Self>, consumer: ConsumerId, credit: u32) {
+        self.with_slot(consumer, |slot| {
+            slot.credit = slot.credit.saturating_add(credit)
+        });
+    }
+
+    /// Sets the credit outright (AMQP link-credit).
+    pub fn set_credit(self: &Arc<Self>, consumer: ConsumerId, credit: u32) {
+        self.with_slot(consumer, |slot| slot.credit = credit);
+    }
+
+    /// Delivers what is available now, then drops the remaining credit; returns
+    /// the credit dropped (AMQP drain).
+    pub fn drain(self: &Arc<Self>, consumer: ConsumerId) -> u32 {
+        let mut dropped = 0;
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            self.dispatch(&mut st, &mut after);
+            if let Some(slot) = st.consumers.iter_mut().find(|s| s.id == consumer) {
+                dropped = std::mem::take(&mut slot.credit);
+            }
+        }
+        self.finish(after);
+        dropped
+    }
+
+    fn with_slot(self: &Arc<Self>, consumer: ConsumerId, change: impl FnOnce(&mut Slot)) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            if let Some(slot) = st.consumers.iter_mut().find(|s| s.id == consumer) {
+                change(slot);
+            }
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+    }
+
+    /// Acknowledges deliveries: they leave the queue for good.
+    pub fn ack(
+        self: &Arc<Self>,
+        consumer: ConsumerId,
+        seqs: &[u64],
+    ) -> Result<Completion, CoreError> {
+        let mut after = AfterUnlock::default();
+        let mut deletes = Vec::new();
+        let result = {
+            let mut st = self.state.lock();
+            let mut result = Ok(());
+            for &seq in seqs {
+                match st.in_flight.get(&seq) {
+                    Some(f) if f.consumer == consumer => {}
+                    _ => {
+                        result = Err(CoreError::UnknownDelivery(seq));
+                        continue;
+                    }
+                }
+                if let Some(flight) = st.in_flight.remove(&seq) {
+                    if flight.entry.persisted {
+                        deletes.push(Op::DeleteMessage {
+                            key: MessageKey {
+                                queue: self.id,
+                                seq,
+                            },
+                        });
+                    }
+                    Self::refill(&mut st, consumer);
+                }
+            }
+            // Submitted under the lock so the store sees this queue's changes in order.
+            let completion = match deletes.len() {
+                0 => Completion::ready(),
+                1 => self.store.submit(deletes.remove(0)),
+                _ => self.store.submit_all(deletes),
+            };
+            self.dispatch(&mut st, &mut after);
+            result.map(|()| completion)
+        };
+        self.finish(after);
+        result
+    }
+
+    /// Settles a delivery without acknowledging it.
+    pub fn release(
+        self: &Arc<Self>,
+        consumer: ConsumerId,
+        seq: u64,
+        how: Release,
+    ) -> Result<(), CoreError> {
+        let mut after = AfterUnlock::default();
+        let result = {
+            let mut st = self.state.lock();
+            match st.in_flight.get(&seq) {
+                Some(f) if f.consumer == consumer => {
+                    if let Some(flight) = st.in_flight.remove(&seq) {
+                        Self::refill(&mut st, consumer);
+                        if how == Release::NotHere {
+                            if let Some(lane) = &flight.entry.lane {
+                                if st.groups.owner(lane) == Some(consumer) {
+                                    st.groups.unbind(lane);
+                                    st.ready.rebind(lane, Some(consumer), None);
+                                }
+                            }
+                        }
+                        self.return_entry(&mut st, flight.entry, how, &mut after);
+                    }
+                    self.dispatch(&mut st, &mut after);
+                    Ok(())
+                }
+                _ => Err(CoreError::UnknownDelivery(seq)),
+            }
+        };
+        self.finish(after);
+        result
+    }
+
+    /// Removes the queue's messages (temporary queue deleted). Consumers stay attached.
+    pub fn purge(self: &Arc<Self>) -> usize {
+        let mut st = self.state.lock();
+        st.deleted = true;
+        let n = st.ready.drain_all().len() + st.backlog.count;
+        st.backlog = Backlog::default();
+        self.store
+            .submit_detached(Op::PurgeQueue { queue: self.id });
+        n
+    }
+
+    fn refill(st: &mut State, consumer: ConsumerId) {
+        if let Some(slot) = st.consumers.iter_mut().find(|s| s.id == consumer) {
+            if let CreditMode::Window(window) = slot.mode {
+                slot.credit = (slot.credit + 1).min(window);
+            }
+        }
+    }
+
+    /// Puts an unsettled message back, or gives up on it after too many attempts.
+    fn return_entry(
+        &self,
+        st: &mut State,
+        mut entry: Entry,
+        how: Release,
+        after: &mut AfterUnlock,
+    ) {
+        if how == Release::Unused || how == Release::NotHere {
+            entry.delivery_count = entry.delivery_count.saturating_sub(1);
+        }
+        let attempts_exhausted = self.settings.max_delivery_attempts > 0
+            && entry.delivery_count >= self.settings.max_delivery_attempts;
+        if how == Release::Reject || (how == Release::Failed && attempts_exhausted) {
+            self.forget(&entry);
+            after.diverted.push((entry.message, Diversion::DeadLetter));
+            return;
+        }
+        if how == Release::Failed && !self.settings.redelivery_delay.is_zero() {
+            let delay = redelivery_delay_ms(&self.settings, entry.delivery_count);
+            self.forget(&entry);
+            after
+                .later
+                .push((entry.message, entry.delivery_count, delay));
+            return;
+        }
+        let owner = entry.lane.as_deref().and_then(|l| st.groups.owner(l));
+        st.ready.push(entry, owner);
+    }
+
+    /// Deletes a message's record, if it has one.
+    fn forget(&self, entry: &Entry) {
+        if entry.persisted {
+            self.store.submit_detached(Op::DeleteMessage {
+                key: MessageKey {
+                    queue: self.id,
+                    seq: entry.seq,
+                },
+            });
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
+        self.feed_browsers(st);
+        let ready_target = self.settings.max_memory_messages / 2;
+        if st.backlog.count > 0 && st.ready.len() <= ready_target {
+            self.page_in(st, after);
+        }
+        if st.ready.is_empty() || st.consumers.is_empty() || st.deleted {
+            return;
+        }
+        if (st.consumers.len() as u32) < self.settings.consumers_before_dispatch {
+            return;
+        }
+        let now = now_ms();
+        let mut starved = vec![false; st.consumers.len()];
+        loop {
+            if st.ready.is_empty() {
+                if st.backlog.count > 0 {
+                    self.page_in(st, after);
+                }
+                if st.ready.is_empty() {
+                    break;
+                }
+            }
+            let Some(index) = Self::next_consumer(st, &starved) else {
+                break;
+            };
+            let consumer = st.consumers[index].id;
+            let pick = match &st.consumers[index].filter {
+                Some(filter) => st.ready.pick_filtered(consumer, filter.as_ref()),
+                None => st.ready.pick_for(consumer),
+            };
+            let Some(pick) = pick else {
+                starved[index] = true;
+                continue;
+            };
+            let owner = match &pick {
+                Pick::Lane(lane) => st.groups.owner(lane),
+                Pick::Ungrouped(_) => None,
+            };
+            let Some(mut entry) = st.ready.take(&pick, owner) else {
+                starved[index] = true;
+                continue;
+            };
+            if entry.message.is_expired_at(now) {
+                self.forget(&entry);
+                after.diverted.push((entry.message, Diversion::Expired));
+                continue;
+            }
+            let mut group_first = false;
+            if let Some(lane) = &entry.lane {
+                if owner.is_none() {
+                    st.groups.bind(lane.clone(), consumer);
+                    st.ready.rebind(lane, None, Some(consumer));
+                    group_first = true;
+                }
+                if entry.message.group_seq == Some(-1) {
+                    st.groups.unbind(lane);
+                    st.ready.rebind(lane, Some(consumer), None);
+                }
+            }
+            entry.delivery_count += 1;
+            let slot = &mut st.consumers[index];
+            slot.credit -= 1;
+            let delivery = Delivery {
+                consumer,
+                queue: self.clone(),
+                seq: entry.seq,
+                message: entry.message.clone(),
+                delivery_count: entry.delivery_count,
+                group_first,
+            };
+            let sent = slot.sink.send(delivery).is_ok();
+            st.next_rr = index + 1;
+            if sent {
+                st.in_flight.insert(entry.seq, InFlight { consumer, entry });
+            } else {
+                // The session is gone; it will remove the consumer shortly.
+                entry.delivery_count -= 1;
+                starved[index] = true;
+                let owner = entry.lane.as_deref().and_then(|l| st.groups.owner(l));
+                st.ready.push(entry, owner);
+            }
+        }
+    }
+
+    /// The next consumer with credit: the highest priority first, round robin among equals.
+    fn next_consumer(st: &State, starved: &[bool]) -> Option<usize> {
+        let eligible = |i: usize| {
+            let s = &st.consumers[i];
+            !starved[i] && s.credit > 0 && s.browse.is_none()
+        };
+        let n = st.consumers.len();
+        let top = (0..n)
+            .filter(|&i| eligible(i))
+            .map(|i| st.consumers[i].priority)
+            .max()?;
+        (0..n)
+            .map(|k| (st.next_rr + k) % n)
+            .find(|&i| eligible(i) && st.consumers[i].priority == top)
+    }
+
+    fn feed_browsers(self: &Arc<Self>, st: &mut State) {
+        for slot in st.consumers.iter_mut() {
+            let Some(pending) = slot.browse.as_mut() else {
+                continue;
+            };
+            while slot.credit > 0 {
+                let Some(entry) = pending.pop_front() else {
+                    break;
+                };
+                if slot
+                    .filter
+                    .as_ref()
+                    .is_some_and(|f| !f.matches(&entry.message))
+                {
+                    continue;
+                }
+                slot.credit -= 1;
+                let _ = slot.sink.send(Delivery {
+                    consumer: slot.id,
+                    queue: self.clone(),
+                    seq: entry.seq,
+                    message: entry.message,
+                    delivery_count: entry.delivery_count + 1,
+                    group_first: false,
+                });
+            }
+        }
+    }
+
+    /// Reads the next part of the disk backlog into memory.
+    fn page_in(&self, st: &mut State, after: &mut AfterUnlock) {
+        let want = (self.settings.max_memory_messages / 2).clamp(1, st.backlog.count.max(1));
+        let records = match self.store.scan_messages(self.id, st.backlog.next_seq, want) {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                return;
+            }
+        };
+        if records.is_empty() {
+            // The writer has not applied them yet; look again shortly.
+            after.retry_page_in = !st.backlog.retry_scheduled;
+            st.backlog.retry_scheduled = true;
+            return;
+        }
+        for (seq, record) in records {
+            st.backlog.next_seq = seq + 1;
+            st.backlog.count = st.backlog.count.saturating_sub(1);
+            match persist::decode(record) {
+                Ok(stored) => {
+                    let message = Arc::new(stored.message);
+                    let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+                    let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
+                    st.ready.push(
+                        Entry {
+                            seq,
+                            message,
+                            delivery_count: stored.delivery_count,
+                            persisted: true,
+                            lane,
+                        },
+                        owner,
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable paged message")
+                }
+            }
+        }
+    }
+
+    fn finish(self: &Arc<Self>, after: AfterUnlock) {
+        if after.diverted.is_empty() && after.later.is_empty() && !after.retry_page_in {
+            return;
+        }
+        if let Some(diverter) = self.diverter.upgrade() {
+            for (message, why) in after.diverted {
+                diverter.divert(self, message, why);
+            }
+            if !after.later.is_empty() {
+                let me = self.clone();
+                for (message, count, delay) in after.later {
+                    diverter.redeliver_later(&me, message, count, delay);
+                }
+            }
+        }
+        if after.retry_page_in {
+            let me = self.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+                    let mut after = AfterUnlock::default();
+                    {
+                        let mut st = me.state.lock();
+                        st.backlog.retry_scheduled = false;
+                        me.dispatch(&mut st, &mut after);
+                    }
+                    me.finish(after);
+                });
+            }
+        }
+    }
+}
+
+fn redelivery_delay_ms(settings: &QueueSettings, delivery_count: u32) -> u64 {
+    let base = settings.redelivery_delay.as_millis() as f64;
+    let factor = settings
+        .redelivery_multiplier
+        .powi(delivery_count.saturating_sub(1) as i32);
+    let max = settings.max_redelivery_delay.as_millis() as f64;
+    (base * factor).min(max.max(base)) as u64
+}

@@ -1,0 +1,275 @@
+//! The ready side of a queue, split into lanes so a busy group never blocks
+//! anything else: ungrouped messages in one lane ordered by priority then
+//! arrival, each group in a lane of its own ordered by arrival. Dispatch for a
+//! consumer looks only at the heads it may take — the ungrouped head, unbound
+//! group heads, and the heads of groups it owns — so it costs O(log n) however
+//! many messages wait behind busy groups.
+
+use crate::core::consumer::{ConsumerId, MessageFilter};
+use crate::core::message::Message;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// A message waiting in a queue.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub seq: u64,
+    pub message: Arc<Message>,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+    /// Whether a record of it is in the store (durable, or paged out).
+    pub persisted: bool,
+    /// Its group's lane, when grouped.
+    pub lane: Option<Arc<str>>,
+}
+
+/// Higher priority first, then arrival.
+type Key = (u8, u64);
+
+fn key_of(entry: &Entry) -> Key {
+    (9u8.saturating_sub(entry.message.priority.min(9)), entry.seq)
+}
+
+/// Which lane a candidate came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pick {
+    Ungrouped(Key),
+    Lane(Arc<str>),
+}
+
+#[derive(Debug, Default)]
+pub struct ReadySet {
+    ungrouped: BTreeMap<Key, Entry>,
+    lanes: HashMap<Arc<str>, BTreeMap<u64, Entry>>,
+    unbound_heads: BTreeSet<(Key, Arc<str>)>,
+    owned_heads: HashMap<ConsumerId, BTreeSet<(Key, Arc<str>)>>,
+    len: usize,
+    bytes: usize,
+}
+
+impl ReadySet {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Approximate memory held by waiting messages.
+    pub fn weight(&self) -> usize {
+        self.bytes
+    }
+
+    /// Adds a message; `owner` is the current owner of its lane, if any.
+    pub fn push(&mut self, entry: Entry, owner: Option<ConsumerId>) {
+        self.len += 1;
+        self.bytes += entry.message.weight();
+        let Some(lane) = entry.lane.clone() else {
+            self.ungrouped.insert(key_of(&entry), entry);
+            return;
+        };
+        let old_head = self.lane_head_key(&lane);
+        let new_key = key_of(&entry);
+        self.lanes
+            .entry(lane.clone())
+            .or_default()
+            .insert(entry.seq, entry);
+        if old_head.is_none_or(|old| new_key.1 < old.1) {
+            let heads = self.heads_mut(owner);
+            if let Some(old) = old_head {
+                heads.remove(&(old, lane.clone()));
+            }
+            heads.insert((new_key, lane));
+        }
+    }
+
+    /// The best message for a consumer without a filter.
+    pub fn pick_for(&self, consumer: ConsumerId) -> Option<Pick> {
+        let ungrouped = self
+            .ungrouped
+            .keys()
+            .next()
+            .map(|k| (*k, Pick::Ungrouped(*k)));
+        let unbound = self
+            .unbound_heads
+            .iter()
+            .next()
+            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+        let owned = self
+            .owned_heads
+            .get(&consumer)
+            .and_then(|heads| heads.iter().next())
+            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+        [ungrouped, unbound, owned]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(key, _)| *key)
+            .map(|(_, pick)| pick)
+    }
+
+    /// The best message for a consumer with a filter: the slow path, a scan.
+    pub fn pick_filtered(&self, consumer: ConsumerId, filter: &dyn MessageFilter) -> Option<Pick> {
+        let ungrouped = self
+            .ungrouped
+            .iter()
+            .find(|(_, e)| filter.matches(&e.message))
+            .map(|(k, _)| (*k, Pick::Ungrouped(*k)));
+        let lane_heads = self
+            .unbound_heads
+            .iter()
+            .chain(self.owned_heads.get(&consumer).into_iter().flatten())
+            .filter(|(_, lane)| {
+                self.lane_head(lane)
+                    .is_some_and(|entry| filter.matches(&entry.message))
+            })
+            .min_by_key(|(k, _)| *k)
+            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+        [ungrouped, lane_heads]
+            .into_iter()
+            .flatten()
+            .min_by_key(|(key, _)| *key)
+            .map(|(_, pick)| pick)
+    }
+
+    pub fn lane_head(&self, lane: &str) -> Option<&Entry> {
+        self.lanes.get(lane).and_then(|l| l.values().next())
+    }
+
+    fn lane_head_key(&self, lane: &str) -> Option<Key> {
+        self.lane_head(lane).map(key_of)
+    }
+
+    /// Removes the picked message; `owner` is its lane's owner before the take.
+    pub fn take(&mut self, pick: &Pick, owner: Option<ConsumerId>) -> Option<Entry> {
+        let entry = match pick {
+            Pick::Ungrouped(key) => self.ungrouped.remove(key)?,
+            Pick::Lane(lane) => {
+                let head_key = self.lane_head_key(lane)?;
+                self.heads_mut(owner).remove(&(head_key, lane.clone()));
+                let entries = self.lanes.get_mut(lane)?;
+                let (_, entry) = entries.pop_first()?;
+                match entries.values().next().map(key_of) {
+                    Some(next) => {
+                        self.heads_mut(owner).insert((next, lane.clone()));
+                    }
+                    None => {
+                        self.lanes.remove(lane);
+                    }
+                }
+                entry
+            }
+        };
+        self.len -= 1;
+        self.bytes = self.bytes.saturating_sub(entry.message.weight());
+        Some(entry)
+    }
+
+    /// Moves a lane's head between owners when its binding changes.
+    pub fn rebind(&mut self, lane: &Arc<str>, from: Option<ConsumerId>, to: Option<ConsumerId>) {
+        if let Some(key) = self.lane_head_key(lane) {
+            let item = (key, lane.clone());
+            if self.heads_mut(from).remove(&item) {
+                self.heads_mut(to).insert(item);
+            }
+        }
+    }
+
+    /// Removes every waiting message (queue deletion, purge).
+    pub fn drain_all(&mut self) -> Vec<Entry> {
+        let mut out: Vec<Entry> = std::mem::take(&mut self.ungrouped).into_values().collect();
+        for (_, lane) in self.lanes.drain() {
+            out.extend(lane.into_values());
+        }
+        self.unbound_heads.clear();
+        self.owned_heads.clear();
+        self.len = 0;
+        self.bytes = 0;
+        out
+    }
+
+    /// Every waiting message in priority-then-arrival order, for browsing.
+    pub fn snapshot(&self) -> Vec<Entry> {
+        let mut all: Vec<Entry> = self.ungrouped.values().cloned().collect();
+        for lane in self.lanes.values() {
+            all.extend(lane.values().cloned());
+        }
+        all.sort_by_key(key_of);
+        all
+    }
+
+    fn heads_mut(&mut self, owner: Option<ConsumerId>) -> &mut BTreeSet<(Key, Arc<str>)> {
+        match owner {
+            None => &mut self.unbound_heads,
+            Some(consumer) => self.owned_heads.entry(consumer).or_default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, lane: Option<&str>, priority: u8) -> Entry {
+        Entry {
+            seq,
+            message: Arc::new(Message {
+                priority,
+                ..Default::default()
+            }),
+            delivery_count: 0,
+            persisted: false,
+            lane: lane.map(Arc::from),
+        }
+    }
+
+    #[test]
+    fn busy_group_does_not_block_others() {
+        let mut r = ReadySet::default();
+        // Group g is owned by consumer 1; consumer 2 must still find the ungrouped message.
+        r.push(entry(1, Some("g"), 4), Some(1));
+        r.push(entry(2, Some("g"), 4), Some(1));
+        r.push(entry(3, None, 4), None);
+        assert_eq!(r.pick_for(2), Some(Pick::Ungrouped((5, 3))));
+        assert_eq!(r.pick_for(1), Some(Pick::Lane(Arc::from("g"))));
+        let e = r.take(&Pick::Lane(Arc::from("g")), Some(1)).unwrap();
+        assert_eq!(e.seq, 1);
+        assert_eq!(r.lane_head("g").map(|e| e.seq), Some(2));
+        assert_eq!(r.len(), 2);
+    }
+
+    #[test]
+    fn returned_message_goes_back_to_the_front_of_its_group() {
+        let mut r = ReadySet::default();
+        r.push(entry(5, Some("g"), 4), None);
+        r.push(entry(2, Some("g"), 4), None);
+        assert_eq!(r.lane_head("g").map(|e| e.seq), Some(2));
+        let pick = r.pick_for(9).unwrap();
+        assert_eq!(r.take(&pick, None).map(|e| e.seq), Some(2));
+        assert_eq!(r.take(&pick, None).map(|e| e.seq), Some(5));
+        assert!(r.is_empty());
+        assert!(r.pick_for(9).is_none());
+    }
+
+    #[test]
+    fn priority_orders_ungrouped_messages() {
+        let mut r = ReadySet::default();
+        r.push(entry(1, None, 4), None);
+        r.push(entry(2, None, 9), None);
+        let pick = r.pick_for(1).unwrap();
+        assert_eq!(r.take(&pick, None).map(|e| e.seq), Some(2));
+    }
+
+    #[test]
+    fn rebind_moves_heads() {
+        let mut r = ReadySet::default();
+        let g: Arc<str> = Arc::from("g");
+        r.push(entry(1, Some("g"), 4), Some(1));
+        assert!(r.pick_for(2).is_none());
+        r.rebind(&g, Some(1), None);
+        assert_eq!(r.pick_for(2), Some(Pick::Lane(g.clone())));
+        r.rebind(&g, None, Some(2));
+        assert!(r.pick_for(1).is_none());
+        assert_eq!(r.pick_for(2), Some(Pick::Lane(g)));
+    }
+}

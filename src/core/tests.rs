@@ -1,0 +1,331 @@
+//! Core behaviour over a real store: dispatch, acks, grouping, redelivery, recovery.
+
+use super::*;
+use crate::core::auth::Authenticator;
+use crate::core::settings::{QueueSettings, SettingsTable};
+use crate::store::{Store, StoreOptions};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
+    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    Broker::open(
+        store,
+        BrokerOptions {
+            settings: SettingsTable::new(settings),
+            auth: Authenticator::open(),
+            declared: vec![],
+        },
+    )
+    .unwrap()
+}
+
+fn msg(address: &str, body: &str, group: Option<&str>) -> Message {
+    Message {
+        address: Arc::from(address),
+        body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+        group_id: group.map(Arc::from),
+        priority: 4,
+        ..Default::default()
+    }
+}
+
+fn drain(rx: &mut mpsc::UnboundedReceiver<Delivery>) -> Vec<Delivery> {
+    let mut out = Vec::new();
+    while let Ok(d) = rx.try_recv() {
+        out.push(d);
+    }
+    out
+}
+
+fn body(d: &Delivery) -> String {
+    String::from_utf8_lossy(&d.message.body).into_owned()
+}
+
+#[tokio::test]
+async fn anycast_shares_and_acks() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe(
+            "q",
+            RoutingType::Anycast,
+            ConsumerOptions {
+                credit: CreditMode::Window(1),
+                ..Default::default()
+            },
+            tx.clone(),
+        )
+        .unwrap();
+    let b = broker
+        .subscribe(
+            "q",
+            RoutingType::Anycast,
+            ConsumerOptions {
+                credit: CreditMode::Window(1),
+                ..Default::default()
+            },
+            tx,
+        )
+        .unwrap();
+    for i in 0..3 {
+        broker
+            .publish(msg("q", &i.to_string(), None), RoutingType::Anycast)
+            .unwrap();
+    }
+    let got = drain(&mut rx);
+    assert_eq!(got.len(), 2, "window of one each");
+    assert_ne!(got[0].consumer, got[1].consumer);
+    let first = &got[0];
+    first
+        .queue
+        .ack(first.consumer, &[first.seq])
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let more = drain(&mut rx);
+    assert_eq!(more.len(), 1);
+    assert_eq!(body(&more[0]), "2");
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn groups_stick_and_move_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opts = || ConsumerOptions {
+        credit: CreditMode::Window(100),
+        ..Default::default()
+    };
+    let a = broker
+        .subscribe("g", RoutingType::Anycast, opts(), tx.clone())
+        .unwrap();
+    let b = broker
+        .subscribe("g", RoutingType::Anycast, opts(), tx.clone())
+        .unwrap();
+    for i in 0..20 {
+        let group = format!("G{}", i % 4);
+        broker
+            .publish(msg("g", &i.to_string(), Some(&group)), RoutingType::Anycast)
+            .unwrap();
+    }
+    let got = drain(&mut rx);
+    assert_eq!(got.len(), 20);
+    let mut owner = std::collections::HashMap::new();
+    for d in &got {
+        let g = d.message.group_id.clone().unwrap();
+        assert_eq!(
+            *owner.entry(g).or_insert(d.consumer),
+            d.consumer,
+            "group split"
+        );
+    }
+    let owners: std::collections::HashSet<_> = owner.values().collect();
+    assert_eq!(owners.len(), 2, "groups spread over both consumers");
+    // Close A: its unacked group messages go to B, first, in order.
+    let a_id = a.consumer();
+    let a_groups: Vec<_> = owner
+        .iter()
+        .filter(|(_, c)| **c == a_id)
+        .map(|(g, _)| g.clone())
+        .collect();
+    drop(a);
+    let moved = drain(&mut rx);
+    assert_eq!(moved.len(), 10);
+    assert!(moved
+        .iter()
+        .all(|d| d.consumer == b.consumer() && d.redelivered()));
+    for g in a_groups {
+        let seqs: Vec<u64> = moved
+            .iter()
+            .filter(|d| d.message.group_id.as_ref() == Some(&g))
+            .map(|d| d.seq)
+            .collect();
+        let mut sorted = seqs.clone();
+        sorted.sort();
+        assert_eq!(seqs, sorted);
+    }
+}
+
+#[tokio::test]
+async fn busy_group_does_not_block_ungrouped() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let opts = || ConsumerOptions {
+        credit: CreditMode::Window(1),
+        ..Default::default()
+    };
+    let _a = broker
+        .subscribe("h", RoutingType::Anycast, opts(), tx.clone())
+        .unwrap();
+    for i in 0..5 {
+        broker
+            .publish(msg("h", &format!("g{i}"), Some("G")), RoutingType::Anycast)
+            .unwrap();
+    }
+    let first = drain(&mut rx);
+    assert_eq!(first.len(), 1);
+    let _b = broker
+        .subscribe("h", RoutingType::Anycast, opts(), tx.clone())
+        .unwrap();
+    broker
+        .publish(msg("h", "free", None), RoutingType::Anycast)
+        .unwrap();
+    let next = drain(&mut rx);
+    assert_eq!(next.len(), 1);
+    assert_eq!(
+        body(&next[0]),
+        "free",
+        "ungrouped message passes the busy group"
+    );
+}
+
+#[tokio::test]
+async fn nack_redelivers_then_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        max_delivery_attempts: 2,
+        ..Default::default()
+    };
+    let broker = open(dir.path(), settings);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _s = broker
+        .subscribe(
+            "n",
+            RoutingType::Anycast,
+            ConsumerOptions::default(),
+            tx.clone(),
+        )
+        .unwrap();
+    broker
+        .publish(msg("n", "x", None), RoutingType::Anycast)
+        .unwrap();
+    for attempt in 1..=2 {
+        let d = drain(&mut rx).pop().unwrap();
+        assert_eq!(d.delivery_count, attempt);
+        d.queue.release(d.consumer, d.seq, Release::Failed).unwrap();
+    }
+    assert!(drain(&mut rx).is_empty());
+    let dlq = broker.queue("DLQ").expect("DLQ created");
+    assert_eq!(dlq.stats().ready, 1);
+}
+
+#[tokio::test]
+async fn durable_messages_survive_reopen_and_deep_queue_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        max_memory_messages: 10,
+        ..Default::default()
+    };
+    {
+        let broker = open(dir.path(), settings.clone());
+        let mut last = None;
+        for i in 0..100 {
+            let mut m = msg("d", &i.to_string(), None);
+            m.durable = i % 2 == 0;
+            last = Some(broker.publish(m, RoutingType::Anycast).unwrap());
+        }
+        last.unwrap().wait().await.unwrap();
+        let q = broker.queue("d").unwrap();
+        let stats = q.stats();
+        assert!(stats.ready <= 10, "memory bounded: {stats:?}");
+        assert_eq!(stats.ready + stats.paged, 100);
+        // Before reopening, read back everything in order through paging.
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let s = broker
+            .subscribe(
+                "d",
+                RoutingType::Anycast,
+                ConsumerOptions {
+                    credit: CreditMode::Window(5),
+                    ..Default::default()
+                },
+                tx,
+            )
+            .unwrap();
+        let mut seen = Vec::new();
+        while seen.len() < 50 {
+            let d = rx.recv().await.unwrap();
+            seen.push(body(&d).parse::<u32>().unwrap());
+            d.queue
+                .ack(d.consumer, &[d.seq])
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+        }
+        assert_eq!(seen, (0..50).collect::<Vec<_>>());
+        drop(s);
+    }
+    let broker = open(dir.path(), settings);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _s = broker
+        .subscribe("d", RoutingType::Anycast, ConsumerOptions::default(), tx)
+        .unwrap();
+    let mut seen = Vec::new();
+    while let Ok(Some(d)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), rx.recv()).await
+    {
+        seen.push(body(&d).parse::<u32>().unwrap());
+        d.queue.ack(d.consumer, &[d.seq]).unwrap();
+    }
+    // Only unacked durable (even) messages come back, in order.
+    assert_eq!(seen, (50..100).filter(|i| i % 2 == 0).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn topics_copy_to_every_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe(
+            "t",
+            RoutingType::Multicast,
+            ConsumerOptions::default(),
+            tx.clone(),
+        )
+        .unwrap();
+    let b = broker
+        .subscribe(
+            "t",
+            RoutingType::Multicast,
+            ConsumerOptions::default(),
+            tx.clone(),
+        )
+        .unwrap();
+    broker
+        .publish(msg("t", "hello", None), RoutingType::Multicast)
+        .unwrap();
+    let got = drain(&mut rx);
+    assert_eq!(got.len(), 2);
+    assert_ne!(got[0].consumer, got[1].consumer);
+    drop(a);
+    broker
+        .publish(msg("t", "again", None), RoutingType::Multicast)
+        .unwrap();
+    assert_eq!(drain(&mut rx).len(), 1);
+    drop(b);
+}
+
+#[tokio::test]
+async fn expired_messages_are_never_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let mut m = msg("e", "old", None);
+    m.expires_at = Some(1);
+    broker.publish(m, RoutingType::Anycast).unwrap();
+    broker
+        .publish(msg("e", "new", None), RoutingType::Anycast)
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _s = broker
+        .subscribe("e", RoutingType::Anycast, ConsumerOptions::default(), tx)
+        .unwrap();
+    let got = drain(&mut rx);
+    assert_eq!(got.iter().map(body).collect::<Vec<_>>(), vec!["new"]);
+}

@@ -1,0 +1,292 @@
+//! Opening RocksDB, submitting changes to the writer, and the read paths
+//! (recovery at start, paging a deep queue back in, scanning due times).
+
+use super::keys::{MessageKey, ScheduleKey};
+use super::writer::{Completion, FsyncPolicy, Op, OpList, Submission, Writer};
+use super::StoreError;
+use bytes::Bytes;
+use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, DB};
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+pub(super) const CF_MESSAGES: &str = "messages";
+pub(super) const CF_SCHEDULED: &str = "scheduled";
+pub(super) const CF_QUEUES: &str = "queues";
+
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub fsync: FsyncPolicy,
+    /// Ops per group-commit batch at most.
+    pub max_batch: usize,
+    /// Submissions waiting for the writer before producers are slowed down.
+    pub queue_depth: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            fsync: FsyncPolicy::Always,
+            max_batch: 4096,
+            queue_depth: 65_536,
+        }
+    }
+}
+
+/// A queue found on disk at start.
+#[derive(Debug, Clone)]
+pub struct RecoveredQueue {
+    pub name: String,
+    pub record: Bytes,
+}
+
+/// Cheap to clone; all clones share the database and the writer thread.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Arc<DB>,
+    writer: Option<SyncSender<Submission>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    /// Lets the writer finish what was submitted, so the database is closed
+    /// (and its lock released) when the last handle goes.
+    fn drop(&mut self) {
+        self.writer.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Store {
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
+        let mut db_options = Options::default();
+        db_options.create_if_missing(true);
+        db_options.create_missing_column_families(true);
+        db_options.set_max_background_jobs(2);
+        // Queue data is written once and deleted soon after: keep memtables
+        // big enough that most messages die before they are flushed.
+        db_options.set_write_buffer_size(64 << 20);
+        let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
+            .into_iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+        let db = Arc::new(DB::open_cf_descriptors(&db_options, dir, cfs)?);
+        let (writer, rx) = sync_channel(options.queue_depth);
+        let thread_db = db.clone();
+        let thread = std::thread::Builder::new()
+            .name("weir-store-writer".into())
+            .spawn(move || {
+                Writer {
+                    db: thread_db,
+                    policy: options.fsync,
+                    max_batch: options.max_batch,
+                }
+                .run(rx)
+            })
+            .map_err(|_| StoreError::Closed)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                db,
+                writer: Some(writer),
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    /// Queues one op; the returned completion resolves when it is durable.
+    pub fn submit(&self, op: Op) -> Completion {
+        self.send(OpList::One(op), true)
+    }
+
+    /// Queues ops to be applied atomically together.
+    pub fn submit_all(&self, ops: Vec<Op>) -> Completion {
+        if ops.is_empty() {
+            return Completion::ready();
+        }
+        self.send(OpList::Many(ops), true)
+    }
+
+    /// Queues one op nobody waits for (still applied in order with the others).
+    pub fn submit_detached(&self, op: Op) {
+        let _ = self.send(OpList::One(op), false);
+    }
+
+    fn send(&self, ops: OpList, wait: bool) -> Completion {
+        let (done, rx) = if wait {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let sent = match &self.inner.writer {
+            Some(writer) => writer.send(Submission { ops, done }).is_ok(),
+            None => false,
+        };
+        match sent {
+            true => Completion(rx),
+            false => {
+                let (tx, rx) = oneshot::channel();
+                let _ = tx.send(Err(Arc::new(StoreError::Closed)));
+                Completion(Some(rx))
+            }
+        }
+    }
+
+    pub fn queues(&self) -> Result<Vec<RecoveredQueue>, StoreError> {
+        let cf = self.cf(CF_QUEUES)?;
+        let mut out = Vec::new();
+        for item in self.inner.db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, value) = item?;
+            let name =
+                String::from_utf8(key.to_vec()).map_err(|_| StoreError::Corrupt(key.to_vec()))?;
+            out.push(RecoveredQueue {
+                name,
+                record: Bytes::from(value.into_vec()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` messages of `queue` with sequence >= `from_seq`, in order.
+    pub fn scan_messages(
+        &self,
+        queue: u32,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let cf = self.cf(CF_MESSAGES)?;
+        let start = MessageKey {
+            queue,
+            seq: from_seq,
+        }
+        .encode();
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(
+            MessageKey {
+                queue,
+                seq: u64::MAX,
+            }
+            .encode()
+            .to_vec(),
+        );
+        let mut out = Vec::new();
+        for item in
+            self.inner
+                .db
+                .iterator_cf_opt(cf, read, IteratorMode::From(&start, Direction::Forward))
+        {
+            let (key, value) = item?;
+            let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
+            if key.queue != queue {
+                break;
+            }
+            out.push((key.seq, Bytes::from(value.into_vec())));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Visits every stored message in key order (recovery at start).
+    pub fn for_each_message(
+        &self,
+        mut visit: impl FnMut(MessageKey, Bytes),
+    ) -> Result<(), StoreError> {
+        let cf = self.cf(CF_MESSAGES)?;
+        for item in self.inner.db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, value) = item?;
+            let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
+            visit(key, Bytes::from(value.into_vec()));
+        }
+        Ok(())
+    }
+
+    /// Up to `limit` scheduled entries with key >= `from`, in due-time order.
+    pub fn scan_scheduled(
+        &self,
+        from: ScheduleKey,
+        limit: usize,
+    ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
+        let cf = self.cf(CF_SCHEDULED)?;
+        let start = from.encode();
+        let mut out = Vec::new();
+        for item in self
+            .inner
+            .db
+            .iterator_cf(cf, IteratorMode::From(&start, Direction::Forward))
+        {
+            let (key, value) = item?;
+            let key = ScheduleKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
+            out.push((key, Bytes::from(value.into_vec())));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
+    pub fn disk_usage(&self) -> u64 {
+        let sst = |name| {
+            self.inner
+                .db
+                .property_int_value(name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        sst("rocksdb.total-sst-files-size") + sst("rocksdb.cur-size-all-mem-tables")
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, StoreError> {
+        self.inner
+            .db
+            .cf_handle(name)
+            .ok_or_else(|| StoreError::Corrupt(name.as_bytes().to_vec()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_are_read_back_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        for seq in [3u64, 1, 2] {
+            store
+                .submit(Op::PutMessage {
+                    key: MessageKey { queue: 7, seq },
+                    record: Bytes::from(vec![seq as u8]),
+                })
+                .wait()
+                .await
+                .unwrap();
+        }
+        store
+            .submit(Op::PutMessage {
+                key: MessageKey { queue: 8, seq: 0 },
+                record: Bytes::from_static(b"other"),
+            })
+            .wait()
+            .await
+            .unwrap();
+        let got = store.scan_messages(7, 2, 10).unwrap();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![2, 3]);
+        store
+            .submit(Op::PurgeQueue { queue: 7 })
+            .wait()
+            .await
+            .unwrap();
+        assert!(store.scan_messages(7, 0, 10).unwrap().is_empty());
+        assert_eq!(store.scan_messages(8, 0, 10).unwrap().len(), 1);
+    }
+}

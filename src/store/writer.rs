@@ -1,0 +1,202 @@
+//! The single writer thread: every change goes through it so writes from many
+//! connections share one WriteBatch and one fsync (group commit), and the
+//! changes of one queue reach RocksDB in the order the core made them.
+
+use super::keys::{MessageKey, ScheduleKey};
+use super::StoreError;
+use bytes::Bytes;
+use rocksdb::{WriteBatch, WriteOptions, DB};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+
+/// When a write counts as done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// fsync every batch before completing it.
+    Always,
+    /// Gather writes for up to `window`, then one fsync for all of them.
+    Batched { window: Duration },
+    /// Hand writes to the OS without fsync: survives a broker crash, not a power loss.
+    Never,
+}
+
+/// One change. Several ops submitted together are applied atomically.
+#[derive(Debug)]
+pub enum Op {
+    PutMessage {
+        key: MessageKey,
+        record: Bytes,
+    },
+    DeleteMessage {
+        key: MessageKey,
+    },
+    PutScheduled {
+        key: ScheduleKey,
+        record: Bytes,
+    },
+    DeleteScheduled {
+        key: ScheduleKey,
+    },
+    PutQueue {
+        name: String,
+        record: Bytes,
+    },
+    DeleteQueue {
+        name: String,
+    },
+    /// Removes every message of a queue (deleted temporary queues).
+    PurgeQueue {
+        queue: u32,
+    },
+}
+
+pub(super) struct Submission {
+    pub ops: OpList,
+    pub done: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+}
+
+/// Most submissions carry one op; keep that case free of a Vec allocation.
+pub(super) enum OpList {
+    One(Op),
+    Many(Vec<Op>),
+}
+
+/// Resolves once the submission is durable per the fsync policy.
+pub struct Completion(pub(super) Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>);
+
+impl Completion {
+    /// A completion for work that needed no write.
+    pub fn ready() -> Self {
+        Completion(None)
+    }
+
+    pub async fn wait(self) -> Result<(), Arc<StoreError>> {
+        match self.0 {
+            None => Ok(()),
+            Some(rx) => rx.await.unwrap_or(Err(Arc::new(StoreError::Closed))),
+        }
+    }
+}
+
+pub(super) struct Writer {
+    pub db: Arc<DB>,
+    pub policy: FsyncPolicy,
+    pub max_batch: usize,
+}
+
+impl Writer {
+    pub fn run(self, rx: Receiver<Submission>) {
+        let mut pending: Vec<oneshot::Sender<Result<(), Arc<StoreError>>>> = Vec::new();
+        while let Ok(first) = rx.recv() {
+            let mut batch = WriteBatch::default();
+            let mut count = 0usize;
+            self.add(&mut batch, first, &mut pending, &mut count);
+            let deadline = match self.policy {
+                FsyncPolicy::Batched { window } => Some(Instant::now() + window),
+                _ => None,
+            };
+            while count < self.max_batch {
+                let next = match deadline {
+                    Some(deadline) => {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        match rx.recv_timeout(left) {
+                            Ok(s) => s,
+                            Err(RecvTimeoutError::Timeout) => break,
+                            Err(RecvTimeoutError::Disconnected) => break,
+                        }
+                    }
+                    None => match rx.try_recv() {
+                        Ok(s) => s,
+                        Err(_) => break,
+                    },
+                };
+                self.add(&mut batch, next, &mut pending, &mut count);
+            }
+            let mut options = WriteOptions::default();
+            options.set_sync(self.policy != FsyncPolicy::Never);
+            let result = self.db.write_opt(batch, &options).map_err(|e| {
+                tracing::error!(error = %e, "store write failed");
+                Arc::new(StoreError::Rocks(e))
+            });
+            for done in pending.drain(..) {
+                let _ = done.send(result.clone());
+            }
+        }
+    }
+
+    fn add(
+        &self,
+        batch: &mut WriteBatch,
+        submission: Submission,
+        pending: &mut Vec<oneshot::Sender<Result<(), Arc<StoreError>>>>,
+        count: &mut usize,
+    ) {
+        match submission.ops {
+            OpList::One(op) => {
+                *count += 1;
+                self.apply(batch, op)
+            }
+            OpList::Many(ops) => {
+                *count += ops.len();
+                for op in ops {
+                    self.apply(batch, op);
+                }
+            }
+        }
+        if let Some(done) = submission.done {
+            pending.push(done);
+        }
+    }
+
+    fn apply(&self, batch: &mut WriteBatch, op: Op) {
+        let cf = |name| self.db.cf_handle(name);
+        match op {
+            Op::PutMessage { key, record } => {
+                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                    batch.put_cf(cf, key.encode(), record);
+                }
+            }
+            Op::DeleteMessage { key } => {
+                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                    batch.delete_cf(cf, key.encode());
+                }
+            }
+            Op::PutScheduled { key, record } => {
+                if let Some(cf) = cf(super::rocks::CF_SCHEDULED) {
+                    batch.put_cf(cf, key.encode(), record);
+                }
+            }
+            Op::DeleteScheduled { key } => {
+                if let Some(cf) = cf(super::rocks::CF_SCHEDULED) {
+                    batch.delete_cf(cf, key.encode());
+                }
+            }
+            Op::PutQueue { name, record } => {
+                if let Some(cf) = cf(super::rocks::CF_QUEUES) {
+                    batch.put_cf(cf, name.as_bytes(), record);
+                }
+            }
+            Op::DeleteQueue { name } => {
+                if let Some(cf) = cf(super::rocks::CF_QUEUES) {
+                    batch.delete_cf(cf, name.as_bytes());
+                }
+            }
+            Op::PurgeQueue { queue } => {
+                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                    let from = MessageKey { queue, seq: 0 }.encode();
+                    // The end bound is exclusive: one byte past the queue's last key.
+                    let mut to = MessageKey {
+                        queue,
+                        seq: u64::MAX,
+                    }
+                    .encode()
+                    .to_vec();
+                    to.push(0);
+                    batch.delete_range_cf(cf, from.to_vec(), to);
+                }
+            }
+        }
+    }
+}
