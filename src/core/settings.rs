@@ -106,7 +106,7 @@ macro_rules! apply_overrides {
 }
 
 impl QueueSettingsOverride {
-    fn apply_to(&self, s: &mut QueueSettings) {
+    pub fn apply_to(&self, s: &mut QueueSettings) {
         apply_overrides!(
             s,
             self,

@@ -72,6 +72,37 @@ impl Completion {
         Completion(None)
     }
 
+    /// True when there is nothing to wait for.
+    pub fn is_ready(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// One completion for many: resolves when all have, with the first error.
+    pub fn all(completions: Vec<Completion>) -> Completion {
+        let pending: Vec<_> = completions.into_iter().filter_map(|c| c.0).collect();
+        if pending.is_empty() {
+            return Completion::ready();
+        }
+        let (tx, rx) = oneshot::channel();
+        let wait_all = async move {
+            let mut result = Ok(());
+            for rx in pending {
+                let r = rx.await.unwrap_or(Err(Arc::new(StoreError::Closed)));
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            let _ = tx.send(result);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(wait_all);
+            }
+            Err(_) => return Completion::ready(),
+        }
+        Completion(Some(rx))
+    }
+
     pub async fn wait(self) -> Result<(), Arc<StoreError>> {
         match self.0 {
             None => Ok(()),

@@ -1,10 +1,14 @@
-//! STOMP 1.0, 1.1 and 1.2.
+//! STOMP 1.0, 1.1 and 1.2: the frame codec, the mapping to core messages, and
+//! the per-connection session.
 
 pub mod codec;
+pub mod convert;
 pub mod error;
 mod escape;
 pub mod frame;
+pub mod session;
 
 pub use codec::{Inbound, Limits, Outbound, StompCodec};
 pub use error::{Malformed, StompError};
 pub use frame::{Command, Frame, HeaderText, Headers, Version};
+pub use session::{serve, StompOptions};

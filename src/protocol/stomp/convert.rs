@@ -1,0 +1,347 @@
+//! STOMP frames to and from core messages: destinations, the headers with a
+//! meaning (persistence, expiry, priority, groups, delays), user headers.
+
+use super::frame::{Frame, HeaderText};
+use crate::core::message::{now_ms, Message, Value};
+use crate::core::RoutingType;
+use std::sync::Arc;
+
+/// Why a SEND cannot become a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    #[error("missing required header '{0}'")]
+    MissingHeader(&'static str),
+    #[error("invalid value {value:?} for header '{header}': {why}")]
+    InvalidHeader {
+        header: &'static str,
+        value: String,
+        why: &'static str,
+    },
+    #[error("invalid destination '{0}'")]
+    InvalidDestination(String),
+}
+
+/// A destination as STOMP names it, resolved to the core's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub name: String,
+    pub routing: RoutingType,
+}
+
+/// `/queue/x` and plain `x` are queues (as in Artemis), `/topic/x` is a topic.
+pub fn parse_destination(text: &str) -> Result<Destination, ConvertError> {
+    let (name, routing) = if let Some(rest) = text.strip_prefix("/queue/") {
+        (rest, RoutingType::Anycast)
+    } else if let Some(rest) = text.strip_prefix("/topic/") {
+        (rest, RoutingType::Multicast)
+    } else if let Some(rest) = text.strip_prefix("/amq/queue/") {
+        (rest, RoutingType::Anycast)
+    } else {
+        (text, RoutingType::Anycast)
+    };
+    if name.is_empty() || name.starts_with('/') {
+        return Err(ConvertError::InvalidDestination(text.to_owned()));
+    }
+    Ok(Destination {
+        name: name.to_owned(),
+        routing,
+    })
+}
+
+/// The STOMP name of a core destination.
+pub fn format_destination(name: &str, routing: RoutingType) -> String {
+    match routing {
+        RoutingType::Anycast => format!("/queue/{name}"),
+        RoutingType::Multicast => format!("/topic/{name}"),
+    }
+}
+
+/// Headers that steer the broker and are not carried as message properties.
+const FRAME_HEADERS: &[&str] = &[
+    "destination",
+    "receipt",
+    "transaction",
+    "content-length",
+    "content-type",
+    "persistent",
+    "priority",
+    "expires",
+    "ttl",
+    "correlation-id",
+    "reply-to",
+    "message-id",
+    "subject",
+    "JMSXGroupID",
+    "_AMQ_GROUP_ID",
+    "_HQ_GROUP_ID",
+    "JMSXGroupSeq",
+    "AMQ_SCHEDULED_DELAY",
+    "AMQ_SCHEDULED_TIME",
+    "_AMQ_SCHED_DELIVERY",
+    "x-delay",
+    "delay",
+    "redelivered",
+    "subscription",
+    "ack",
+    "timestamp",
+];
+
+pub const GROUP_ID_HEADERS: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
+
+/// Builds the core message for a SEND. `now` is the broker clock in ms.
+pub fn message_from_send(frame: &Frame, dest: &Destination, now: u64) -> Result<Message, ConvertError> {
+    let mut message = Message {
+        body: frame.body.clone(),
+        address: Arc::from(dest.name.as_str()),
+        timestamp: now,
+        priority: Message::DEFAULT_PRIORITY,
+        ..Default::default()
+    };
+    message.durable = frame.header("persistent").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if let Some(p) = frame.header("priority") {
+        message.priority = parse_num::<u8>("priority", p)?.min(9);
+    }
+    message.expires_at = expiry(frame, now)?;
+    message.content_type = text(frame, "content-type");
+    message.correlation_id = text(frame, "correlation-id");
+    message.reply_to = text(frame, "reply-to");
+    message.subject = text(frame, "subject");
+    message.message_id = text(frame, "message-id");
+    message.group_id = GROUP_ID_HEADERS.iter().find_map(|h| text(frame, h));
+    if let Some(seq) = frame.header("JMSXGroupSeq") {
+        message.group_seq = Some(parse_group_seq(seq)?);
+    }
+    message.due_at = due_time(frame, now)?;
+    let mut properties = Vec::new();
+    for (name, value) in frame.headers.iter() {
+        if FRAME_HEADERS.contains(&name) || properties.iter().any(|(n, _): &(Arc<str>, Value)| &**n == name) {
+            continue;
+        }
+        properties.push((Arc::from(name), Value::String(Arc::from(value))));
+    }
+    message.properties = properties;
+    Ok(message)
+}
+
+fn text(frame: &Frame, name: &str) -> Option<Arc<str>> {
+    frame.header(name).filter(|v| !v.is_empty()).map(Arc::from)
+}
+
+fn parse_num<T: std::str::FromStr>(header: &'static str, value: &str) -> Result<T, ConvertError> {
+    value.trim().parse::<T>().map_err(|_| ConvertError::InvalidHeader {
+        header,
+        value: value.chars().take(40).collect(),
+        why: "not a non-negative integer",
+    })
+}
+
+/// JMSXGroupSeq is signed, but JMS clients over AMQP write -1 as 4294967295.
+fn parse_group_seq(value: &str) -> Result<i32, ConvertError> {
+    let n: i64 = value.trim().parse().map_err(|_| ConvertError::InvalidHeader {
+        header: "JMSXGroupSeq",
+        value: value.chars().take(40).collect(),
+        why: "not an integer",
+    })?;
+    if (i32::MIN as i64..=u32::MAX as i64).contains(&n) {
+        Ok(n as u32 as i32)
+    } else {
+        Err(ConvertError::InvalidHeader {
+            header: "JMSXGroupSeq",
+            value: value.to_owned(),
+            why: "out of range",
+        })
+    }
+}
+
+/// `expires` is absolute epoch ms (0 = never, as ActiveMQ); `ttl` is relative ms.
+fn expiry(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
+    if let Some(v) = frame.header("expires") {
+        let at: u64 = parse_num("expires", v)?;
+        return Ok((at != 0).then_some(at));
+    }
+    if let Some(v) = frame.header("ttl") {
+        let ttl: u64 = parse_num("ttl", v)?;
+        return Ok((ttl != 0).then_some(now.saturating_add(ttl)));
+    }
+    Ok(None)
+}
+
+/// Ten years: anything beyond is a mistake, not a delay.
+const ABSURD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// The due time from any of the delay headers clients use; absolute forms beat
+/// relative ones. `Some(now)` for an explicit zero delay, which overrides a
+/// queue's default delay.
+fn due_time(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
+    for header in ["AMQ_SCHEDULED_TIME", "_AMQ_SCHED_DELIVERY"] {
+        if let Some(v) = frame.header(header) {
+            let at = delay_value(header, v)?;
+            if at > now.saturating_add(ABSURD_MS) {
+                return Err(absurd(header, v));
+            }
+            return Ok(Some(at));
+        }
+    }
+    let relative = [("AMQ_SCHEDULED_DELAY", 1u64), ("x-delay", 1), ("delay", 1000)];
+    for (header, unit) in relative {
+        if let Some(v) = frame.header(header) {
+            let ms = delay_value(header, v)?.checked_mul(unit).ok_or_else(|| absurd(header, v))?;
+            if ms > ABSURD_MS {
+                return Err(absurd(header, v));
+            }
+            return Ok(Some(now + ms));
+        }
+    }
+    Ok(None)
+}
+
+fn delay_value(header: &'static str, value: &str) -> Result<u64, ConvertError> {
+    let trimmed = value.trim();
+    if trimmed.starts_with('-') {
+        return Err(ConvertError::InvalidHeader {
+            header,
+            value: value.chars().take(40).collect(),
+            why: "a delay cannot be negative",
+        });
+    }
+    parse_num(header, trimmed)
+}
+
+fn absurd(header: &'static str, value: &str) -> ConvertError {
+    ConvertError::InvalidHeader {
+        header,
+        value: value.chars().take(40).collect(),
+        why: "delay is absurdly far in the future",
+    }
+}
+
+/// What the MESSAGE frame needs beyond the message itself.
+pub struct DeliveryInfo<'a> {
+    pub subscription: &'a str,
+    pub message_id: String,
+    pub ack: Option<&'a str>,
+    pub destination: String,
+    pub redelivered: bool,
+    pub group_first_key: Option<&'a str>,
+}
+
+/// The MESSAGE frame for a delivery.
+pub fn message_frame(message: &Message, info: DeliveryInfo<'_>) -> Frame {
+    use super::frame::Command;
+    let mut frame = Frame::new(Command::Message);
+    let h = &mut frame.headers;
+    h.push("subscription", HeaderText::copy_from(info.subscription));
+    h.push("message-id", info.message_id);
+    h.push("destination", info.destination);
+    if let Some(ack) = info.ack {
+        h.push("ack", HeaderText::copy_from(ack));
+    }
+    if info.redelivered {
+        h.push("redelivered", "true");
+    }
+    if let Some(ct) = &message.content_type {
+        h.push("content-type", HeaderText::copy_from(ct));
+    }
+    if message.durable {
+        h.push("persistent", "true");
+    }
+    h.push("priority", message.priority.to_string());
+    h.push("timestamp", message.timestamp.to_string());
+    if let Some(at) = message.expires_at {
+        h.push("expires", at.to_string());
+    }
+    if let Some(at) = message.due_at {
+        // The due time the broker honoured, so consumers can check punctuality.
+        h.push("delivery-time", at.to_string());
+    }
+    for (name, value) in [
+        ("correlation-id", &message.correlation_id),
+        ("reply-to", &message.reply_to),
+        ("subject", &message.subject),
+        ("JMSXGroupID", &message.group_id),
+    ] {
+        if let Some(v) = value {
+            h.push(name, HeaderText::copy_from(v));
+        }
+    }
+    if let Some(id) = &message.message_id {
+        h.push("original-message-id", HeaderText::copy_from(id));
+    }
+    if let Some(seq) = message.group_seq {
+        h.push("JMSXGroupSeq", seq.to_string());
+    }
+    if let Some(key) = info.group_first_key {
+        h.push(HeaderText::copy_from(key), "true");
+    }
+    for (name, value) in &message.properties {
+        h.push(HeaderText::copy_from(name), value.to_text());
+    }
+    frame.body = message.body.clone();
+    frame
+}
+
+pub fn now() -> u64 {
+    now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::frame::Command;
+    use super::*;
+
+    fn send(headers: &[(&'static str, &'static str)]) -> Frame {
+        let mut f = Frame::new(Command::Send);
+        for (k, v) in headers {
+            f.add_header(*k, *v);
+        }
+        f
+    }
+
+    #[test]
+    fn destinations() {
+        assert_eq!(parse_destination("/queue/a").unwrap().routing, RoutingType::Anycast);
+        assert_eq!(parse_destination("/topic/a").unwrap().routing, RoutingType::Multicast);
+        assert_eq!(parse_destination("plain").unwrap().name, "plain");
+        assert!(parse_destination("/queue/").is_err());
+    }
+
+    #[test]
+    fn maps_headers() {
+        let dest = parse_destination("/queue/q").unwrap();
+        let f = send(&[
+            ("persistent", "true"),
+            ("priority", "7"),
+            ("ttl", "1000"),
+            ("JMSXGroupID", "g"),
+            ("JMSXGroupSeq", "4294967295"),
+            ("color", "red"),
+            ("color", "blue"),
+        ]);
+        let m = message_from_send(&f, &dest, 5000).unwrap();
+        assert!(m.durable);
+        assert_eq!(m.priority, 7);
+        assert_eq!(m.expires_at, Some(6000));
+        assert_eq!(m.group_id.as_deref(), Some("g"));
+        assert_eq!(m.group_seq, Some(-1));
+        assert_eq!(m.property("color"), Some(&Value::String(Arc::from("red"))));
+        assert_eq!(m.properties.len(), 1);
+    }
+
+    #[test]
+    fn delay_forms() {
+        let dest = parse_destination("q").unwrap();
+        let due = |h: &'static str, v: &'static str| message_from_send(&send(&[(h, v)]), &dest, 1000).map(|m| m.due_at);
+        assert_eq!(due("AMQ_SCHEDULED_DELAY", "500"), Ok(Some(1500)));
+        assert_eq!(due("x-delay", "500"), Ok(Some(1500)));
+        assert_eq!(due("delay", "2"), Ok(Some(3000)));
+        assert_eq!(due("AMQ_SCHEDULED_TIME", "9999"), Ok(Some(9999)));
+        assert_eq!(due("_AMQ_SCHED_DELIVERY", "9999"), Ok(Some(9999)));
+        assert_eq!(due("delay", "0"), Ok(Some(1000)));
+        assert!(due("x-delay", "-5").is_err());
+        assert!(due("x-delay", "soon").is_err());
+        assert!(due("delay", "99999999999999").is_err());
+        // Absolute beats relative.
+        let both = send(&[("AMQ_SCHEDULED_DELAY", "1"), ("AMQ_SCHEDULED_TIME", "7777")]);
+        assert_eq!(message_from_send(&both, &dest, 1000).unwrap().due_at, Some(7777));
+    }
+}

@@ -1,0 +1,665 @@
+//! One STOMP connection: CONNECT and negotiation, then frames in, deliveries
+//! out, heart-beats both ways. Talks to the broker only through the core API.
+
+use super::codec::{Inbound, Limits, Outbound, StompCodec};
+use super::convert::{self, ConvertError, DeliveryInfo, Destination};
+use super::error::StompError;
+use super::frame::{Command, Frame, HeaderText, Version};
+use crate::core::consumer::{ConsumerId, ConsumerOptions, CreditMode, Delivery, Release};
+use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
+use crate::store::Completion;
+use futures_util::stream::FuturesOrdered;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::codec::Framed;
+use tracing::Instrument;
+
+/// How this acceptor's STOMP connections behave.
+#[derive(Debug, Clone)]
+pub struct StompOptions {
+    pub limits: Limits,
+    /// The heart-beat interval we offer and ask for; zero turns heart-beats off.
+    pub heartbeat: Duration,
+    /// Time a client has to send CONNECT.
+    pub connect_timeout: Duration,
+    /// Uncompleted receipts before we stop reading from the client.
+    pub max_pending_receipts: usize,
+    /// Operations one transaction may hold.
+    pub max_transaction_ops: usize,
+    pub server_name: String,
+}
+
+impl Default for StompOptions {
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            heartbeat: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(30),
+            max_pending_receipts: 10_000,
+            max_transaction_ops: 100_000,
+            server_name: format!("weir/{}", env!("CARGO_PKG_VERSION")),
+        }
+    }
+}
+
+/// Why a connection ends with an ERROR frame.
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("{0}")]
+    Codec(#[from] StompError),
+    #[error("{0}")]
+    Convert(#[from] ConvertError),
+    #[error("{0}")]
+    Core(#[from] CoreError),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("authentication failed: {0}")]
+    Auth(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckMode {
+    Auto,
+    Client,
+    ClientIndividual,
+}
+
+struct Sub {
+    id: String,
+    destination: String,
+    ack: AckMode,
+    subscription: Subscription,
+    /// Delivered, not yet acknowledged: delivery order -> queue sequence.
+    outstanding: BTreeMap<u64, u64>,
+    order_of: HashMap<u64, u64>,
+    group_first_key: Option<String>,
+}
+
+enum TxOp {
+    Send(Message, RoutingType),
+    Ack(ConsumerId, Vec<u64>),
+    Nack(ConsumerId, Vec<u64>),
+}
+
+type PendingReceipt = std::pin::Pin<Box<dyn std::future::Future<Output = (Option<String>, Result<(), CoreError>)> + Send>>;
+
+struct Session<S> {
+    broker: Broker,
+    options: StompOptions,
+    framed: Framed<S, StompCodec>,
+    deliveries_tx: mpsc::UnboundedSender<Delivery>,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    subs: HashMap<String, Sub>,
+    sub_of_consumer: HashMap<ConsumerId, String>,
+    transactions: HashMap<String, Vec<TxOp>>,
+    receipts: FuturesOrdered<PendingReceipt>,
+    delivery_counter: u64,
+    version: Version,
+    /// Send a heart-beat when nothing was written for this long.
+    send_every: Option<Duration>,
+    /// Drop the peer when nothing was read for this long.
+    expect_within: Option<Duration>,
+    last_read: Instant,
+    last_write: Instant,
+}
+
+/// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
+/// stream whose first bytes were peeked by a protocol sniffer).
+pub async fn serve<S>(io: S, peer: SocketAddr, broker: Broker, options: StompOptions, shutdown: broadcast::Receiver<()>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let span = tracing::info_span!("stomp", %peer);
+    run(io, broker, options, shutdown).instrument(span).await
+}
+
+async fn run<S>(io: S, broker: Broker, options: StompOptions, mut shutdown: broadcast::Receiver<()>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let framed = Framed::with_capacity(io, StompCodec::new(options.limits), 64 * 1024);
+    let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
+    let now = Instant::now();
+    let mut session = Session {
+        broker,
+        options,
+        framed,
+        deliveries_tx,
+        deliveries,
+        subs: HashMap::new(),
+        sub_of_consumer: HashMap::new(),
+        transactions: HashMap::new(),
+        receipts: FuturesOrdered::new(),
+        delivery_counter: 0,
+        version: Version::V1_0,
+        send_every: None,
+        expect_within: None,
+        last_read: now,
+        last_write: now,
+    };
+    match session.handshake().await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            session.fail(&e, None).await;
+            return;
+        }
+    }
+    tracing::debug!(version = %session.version, "connected");
+    if let Err((e, receipt)) = session.main_loop(&mut shutdown).await {
+        session.fail(&e, receipt.as_deref()).await;
+    }
+    // Dropping the subscriptions returns unacknowledged messages to their queues.
+    session.subs.clear();
+}
+
+impl<S> Session<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    /// Waits for CONNECT/STOMP and answers CONNECTED. `Ok(false)` when the peer left.
+    async fn handshake(&mut self) -> Result<bool, SessionError> {
+        let deadline = tokio::time::sleep(self.options.connect_timeout);
+        tokio::pin!(deadline);
+        let frame = loop {
+            tokio::select! {
+                _ = &mut deadline => return Err(SessionError::Protocol("no CONNECT frame in time".into())),
+                item = self.framed.next() => match item {
+                    None => return Ok(false),
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(Inbound::Heartbeat)) => continue,
+                    Some(Ok(Inbound::Frame(frame))) => break frame,
+                }
+            }
+        };
+        if !matches!(frame.command, Command::Connect | Command::Stomp) {
+            return Err(SessionError::Protocol(format!("expected CONNECT, got {}", frame.command)));
+        }
+        let version = Version::negotiate(frame.header("accept-version")).ok_or_else(|| {
+            SessionError::Protocol("no common version: this server speaks 1.0, 1.1 and 1.2".into())
+        })?;
+        self.version = version;
+        let login = frame.header("login");
+        let passcode = frame.header("passcode");
+        self.broker
+            .auth()
+            .authenticate(login, passcode)
+            .map_err(|e| SessionError::Auth(e.to_string()))?;
+        if version != Version::V1_0 && frame.command == Command::Connect && frame.header("host").is_none() {
+            // 1.1+ requires host; tolerate its absence as most brokers do.
+            tracing::debug!("CONNECT without host header");
+        }
+        let (client_sends, client_wants) = parse_heartbeat(frame.header("heart-beat"))?;
+        let ours = self.options.heartbeat.as_millis() as u64;
+        let mut connected = Frame::new(Command::Connected)
+            .with_header("version", version.as_str())
+            .with_header("server", HeaderText::copy_from(&self.options.server_name))
+            .with_header("session", format!("{:x}", self.broker.next_consumer_id()));
+        if version != Version::V1_0 {
+            connected.add_header("heart-beat", format!("{ours},{ours}"));
+            if ours > 0 && client_wants > 0 {
+                self.send_every = Some(Duration::from_millis(ours.max(client_wants)));
+            }
+            if ours > 0 && client_sends > 0 {
+                // Allow for network delay, as the spec suggests.
+                self.expect_within = Some(Duration::from_millis(ours.max(client_sends) * 2 + 1000));
+            }
+        }
+        self.framed.send(Outbound::Frame(connected)).await?;
+        self.framed.codec_mut().set_version(version);
+        self.last_write = Instant::now();
+        self.last_read = Instant::now();
+        Ok(true)
+    }
+
+    async fn main_loop(&mut self, shutdown: &mut broadcast::Receiver<()>) -> Result<(), (SessionError, Option<String>)> {
+        let tick = self
+            .send_every
+            .into_iter()
+            .chain(self.expect_within)
+            .min()
+            .map(|d| d / 4)
+            .unwrap_or(Duration::from_secs(3600))
+            .max(Duration::from_millis(20));
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let reading = self.receipts.len() < self.options.max_pending_receipts;
+            tokio::select! {
+                item = self.framed.next(), if reading => {
+                    self.last_read = Instant::now();
+                    match item {
+                        None => return Ok(()),
+                        Some(Err(e)) => return Err((e.into(), None)),
+                        Some(Ok(Inbound::Heartbeat)) => {}
+                        Some(Ok(Inbound::Frame(frame))) => {
+                            let receipt = frame.header("receipt").map(str::to_owned);
+                            match self.handle(frame).await {
+                                Ok(Flow::Continue) => {}
+                                Ok(Flow::Disconnect) => return Ok(()),
+                                Err(e) => return Err((e, receipt)),
+                            }
+                        }
+                    }
+                }
+                Some(delivery) = self.deliveries.recv() => {
+                    self.write_deliveries(delivery).await.map_err(|e| (e, None))?;
+                }
+                Some((receipt, result)) = self.receipts.next(), if !self.receipts.is_empty() => {
+                    match result {
+                        Ok(()) => {
+                            if let Some(id) = receipt {
+                                self.write(receipt_frame(&id)).await.map_err(|e| (e, None))?;
+                            }
+                        }
+                        Err(e) => return Err((e.into(), receipt)),
+                    }
+                }
+                _ = ticker.tick() => {
+                    if let Some(limit) = self.expect_within {
+                        if self.last_read.elapsed() > limit {
+                            tracing::info!("heart-beat missed; closing");
+                            return Err((SessionError::Protocol("heart-beat timeout".into()), None));
+                        }
+                    }
+                    if let Some(every) = self.send_every {
+                        if self.last_write.elapsed() >= every {
+                            self.framed.send(Outbound::Heartbeat).await.map_err(|e| (e.into(), None))?;
+                            self.last_write = Instant::now();
+                        }
+                    }
+                }
+                _ = shutdown.recv() => {
+                    let _ = self.write(Frame::new(Command::Error).with_header("message", "broker shutting down")).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Writes a batch of deliveries with one flush (one syscall for many frames).
+    async fn write_deliveries(&mut self, first: Delivery) -> Result<(), SessionError> {
+        let mut auto_acks: HashMap<ConsumerId, (Arc<crate::core::queue::Queue>, Vec<u64>)> = HashMap::new();
+        let mut next = Some(first);
+        let mut written = 0;
+        while let Some(delivery) = next.take() {
+            if let Some(frame) = self.delivery_frame(&delivery) {
+                self.framed.feed(Outbound::Frame(frame)).await?;
+                written += 1;
+                let auto = self
+                    .sub_of_consumer
+                    .get(&delivery.consumer)
+                    .and_then(|id| self.subs.get(id))
+                    .is_some_and(|s| s.ack == AckMode::Auto);
+                if auto {
+                    auto_acks
+                        .entry(delivery.consumer)
+                        .or_insert_with(|| (delivery.queue.clone(), Vec::new()))
+                        .1
+                        .push(delivery.seq);
+                }
+            }
+            if written < 256 {
+                next = self.deliveries.try_recv().ok();
+            }
+        }
+        SinkExt::<Outbound>::flush(&mut self.framed).await?;
+        self.last_write = Instant::now();
+        for (consumer, (queue, seqs)) in auto_acks {
+            // Auto mode: a message counts as consumed once it is written.
+            let _ = queue.ack(consumer, &seqs);
+        }
+        Ok(())
+    }
+
+    fn delivery_frame(&mut self, delivery: &Delivery) -> Option<Frame> {
+        let sub_id = self.sub_of_consumer.get(&delivery.consumer)?;
+        let sub = self.subs.get_mut(sub_id)?;
+        let ack_id = format!("{}.{}", delivery.consumer, delivery.seq);
+        if sub.ack != AckMode::Auto {
+            self.delivery_counter += 1;
+            sub.outstanding.insert(self.delivery_counter, delivery.seq);
+            sub.order_of.insert(delivery.seq, self.delivery_counter);
+        }
+        let ack = (self.version == Version::V1_2 && sub.ack != AckMode::Auto).then_some(ack_id.as_str());
+        let frame = convert::message_frame(
+            &delivery.message,
+            DeliveryInfo {
+                subscription: &sub.id,
+                message_id: ack_id.clone(),
+                ack,
+                destination: sub.destination.clone(),
+                redelivered: delivery.redelivered(),
+                group_first_key: sub.group_first_key.as_deref().filter(|_| delivery.group_first),
+            },
+        );
+        Some(frame)
+    }
+
+    async fn handle(&mut self, frame: Frame) -> Result<Flow, SessionError> {
+        let receipt = frame.header("receipt").map(str::to_owned);
+        match frame.command {
+            Command::Send => self.on_send(&frame, receipt)?,
+            Command::Subscribe => {
+                self.on_subscribe(&frame)?;
+                self.receipt_now(receipt);
+            }
+            Command::Unsubscribe => {
+                self.on_unsubscribe(&frame)?;
+                self.receipt_now(receipt);
+            }
+            Command::Ack | Command::Nack => self.on_ack(&frame, receipt)?,
+            Command::Begin => {
+                let tx = required(&frame, "transaction")?;
+                if self.transactions.contains_key(tx) {
+                    return Err(SessionError::Protocol(format!("transaction '{tx}' already started")));
+                }
+                self.transactions.insert(tx.to_owned(), Vec::new());
+                self.receipt_now(receipt);
+            }
+            Command::Commit => {
+                let tx = required(&frame, "transaction")?;
+                let ops = self
+                    .transactions
+                    .remove(tx)
+                    .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
+                let completion = self.apply(ops)?;
+                self.receipt_after(receipt, completion);
+            }
+            Command::Abort => {
+                let tx = required(&frame, "transaction")?;
+                self.transactions
+                    .remove(tx)
+                    .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
+                self.receipt_now(receipt);
+            }
+            Command::Disconnect => {
+                // Answer only after everything before it is settled on disk.
+                while let Some((r, result)) = self.receipts.next().await {
+                    result?;
+                    if let Some(id) = r {
+                        self.write(receipt_frame(&id)).await?;
+                    }
+                }
+                if let Some(id) = receipt {
+                    self.write(receipt_frame(&id)).await?;
+                }
+                return Ok(Flow::Disconnect);
+            }
+            Command::Connect | Command::Stomp => {
+                return Err(SessionError::Protocol("already connected".into()));
+            }
+            other => {
+                return Err(SessionError::Protocol(format!("{other} is a server frame")));
+            }
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
+        let dest = convert::parse_destination(required(frame, "destination")?)?;
+        let message = convert::message_from_send(frame, &dest, convert::now())?;
+        if let Some(tx) = frame.header("transaction") {
+            return self.in_transaction(tx, TxOp::Send(message, dest.routing), receipt);
+        }
+        let completion = self.broker.publish(message, dest.routing)?;
+        self.receipt_after(receipt, completion);
+        Ok(())
+    }
+
+    fn in_transaction(&mut self, tx: &str, op: TxOp, receipt: Option<String>) -> Result<(), SessionError> {
+        let limit = self.options.max_transaction_ops;
+        let ops = self
+            .transactions
+            .get_mut(tx)
+            .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
+        if ops.len() >= limit {
+            return Err(SessionError::Protocol(format!("transaction '{tx}' exceeds {limit} operations")));
+        }
+        ops.push(op);
+        self.receipt_now(receipt);
+        Ok(())
+    }
+
+    /// Applies a committed transaction; resolves when all its durable effects are on disk.
+    fn apply(&mut self, ops: Vec<TxOp>) -> Result<Completion, SessionError> {
+        let mut completions = Vec::new();
+        for op in ops {
+            match op {
+                TxOp::Send(message, routing) => completions.push(self.broker.publish(message, routing)?),
+                TxOp::Ack(consumer, seqs) => {
+                    if let Some(sub) = self.sub_by_consumer(consumer) {
+                        completions.push(sub.subscription.queue().ack(consumer, &seqs)?);
+                    }
+                }
+                TxOp::Nack(consumer, seqs) => {
+                    if let Some(sub) = self.sub_by_consumer(consumer) {
+                        for seq in seqs {
+                            sub.subscription.queue().release(consumer, seq, Release::Failed)?;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Completion::all(completions))
+    }
+
+    fn sub_by_consumer(&self, consumer: ConsumerId) -> Option<&Sub> {
+        self.sub_of_consumer.get(&consumer).and_then(|id| self.subs.get(id))
+    }
+
+    fn on_subscribe(&mut self, frame: &Frame) -> Result<(), SessionError> {
+        let dest_text = required(frame, "destination")?;
+        let dest: Destination = convert::parse_destination(dest_text)?;
+        // 1.0 makes `id` optional; then the destination identifies the subscription.
+        let id = match frame.header("id") {
+            Some(id) => id.to_owned(),
+            None if self.version == Version::V1_0 => dest_text.to_owned(),
+            None => return Err(SessionError::Protocol("missing required header 'id'".into())),
+        };
+        if self.subs.contains_key(&id) {
+            return Err(SessionError::Protocol(format!("subscription '{id}' already exists")));
+        }
+        let ack = match frame.header("ack").unwrap_or("auto") {
+            "auto" => AckMode::Auto,
+            "client" => AckMode::Client,
+            "client-individual" => AckMode::ClientIndividual,
+            other => return Err(SessionError::Protocol(format!("unknown ack mode '{other}'"))),
+        };
+        let settings = self.broker.settings_for(&dest.name);
+        let prefetch = match frame
+            .header("prefetch")
+            .or_else(|| frame.header("activemq.prefetchSize"))
+            .or_else(|| frame.header("prefetch-count"))
+        {
+            Some(v) => v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                SessionError::Protocol(format!("invalid prefetch '{v}': use a positive integer"))
+            })?,
+            None => settings.default_prefetch,
+        };
+        let priority = match frame.header("consumer-priority").or_else(|| frame.header("priority")) {
+            Some(v) => v
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| SessionError::Protocol(format!("invalid consumer priority '{v}'")))?,
+            None => 0,
+        };
+        let options = ConsumerOptions {
+            credit: CreditMode::Window(prefetch),
+            priority,
+            filter: None,
+            browse: frame.header("browser").is_some_and(|v| v == "true"),
+        };
+        let subscription = self
+            .broker
+            .subscribe(&dest.name, dest.routing, options, self.deliveries_tx.clone())?;
+        self.sub_of_consumer.insert(subscription.consumer(), id.clone());
+        self.subs.insert(
+            id.clone(),
+            Sub {
+                id,
+                destination: convert::format_destination(&dest.name, dest.routing),
+                ack,
+                subscription,
+                outstanding: BTreeMap::new(),
+                order_of: HashMap::new(),
+                group_first_key: settings.group_first_key.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn on_unsubscribe(&mut self, frame: &Frame) -> Result<(), SessionError> {
+        let id = match frame.header("id") {
+            Some(id) => id.to_owned(),
+            None if self.version == Version::V1_0 => required(frame, "destination")?.to_owned(),
+            None => return Err(SessionError::Protocol("missing required header 'id'".into())),
+        };
+        let sub = self
+            .subs
+            .remove(&id)
+            .ok_or_else(|| SessionError::Protocol(format!("no subscription '{id}'")))?;
+        self.sub_of_consumer.remove(&sub.subscription.consumer());
+        Ok(())
+    }
+
+    fn on_ack(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
+        let nack = frame.command == Command::Nack;
+        let ack_id = match self.version {
+            Version::V1_2 => required(frame, "id")?,
+            _ => required(frame, "message-id")?,
+        };
+        let (consumer, seq) = parse_ack_id(ack_id)
+            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
+        let sub_id = self
+            .sub_of_consumer
+            .get(&consumer)
+            .cloned()
+            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
+        let sub = self
+            .subs
+            .get_mut(&sub_id)
+            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
+        let order = sub
+            .order_of
+            .get(&seq)
+            .copied()
+            .ok_or_else(|| SessionError::Protocol(format!("message '{ack_id}' is not awaiting acknowledgement")))?;
+        // Client mode acknowledges everything delivered up to this message.
+        let orders: Vec<u64> = match sub.ack {
+            AckMode::Client => sub.outstanding.range(..=order).map(|(o, _)| *o).collect(),
+            _ => vec![order],
+        };
+        let seqs: Vec<u64> = orders
+            .iter()
+            .filter_map(|o| sub.outstanding.remove(o))
+            .inspect(|s| {
+                sub.order_of.remove(s);
+            })
+            .collect();
+        let queue = sub.subscription.queue().clone();
+        if let Some(tx) = frame.header("transaction") {
+            let op = if nack { TxOp::Nack(consumer, seqs) } else { TxOp::Ack(consumer, seqs) };
+            return self.in_transaction(tx, op, receipt);
+        }
+        if nack {
+            for seq in seqs {
+                queue.release(consumer, seq, Release::Failed)?;
+            }
+            self.receipt_now(receipt);
+        } else {
+            let completion = queue.ack(consumer, &seqs)?;
+            match receipt {
+                Some(_) => self.receipt_after(receipt, completion),
+                None => drop(completion),
+            }
+        }
+        Ok(())
+    }
+
+    fn receipt_now(&mut self, receipt: Option<String>) {
+        if receipt.is_some() {
+            self.receipt_after(receipt, Completion::ready());
+        }
+    }
+
+    /// Queues a receipt behind earlier ones, sent once `completion` resolves.
+    fn receipt_after(&mut self, receipt: Option<String>, completion: Completion) {
+        if receipt.is_none() && completion.is_ready() {
+            return;
+        }
+        self.receipts.push_back(Box::pin(async move {
+            let result = completion.wait().await.map_err(CoreError::from);
+            (receipt, result)
+        }));
+    }
+
+    async fn write(&mut self, frame: Frame) -> Result<(), SessionError> {
+        self.framed.send(Outbound::Frame(frame)).await?;
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    /// Sends ERROR (best effort) and lets the connection close.
+    async fn fail(&mut self, error: &SessionError, receipt: Option<&str>) {
+        if let SessionError::Codec(StompError::Io(_)) = error {
+            return;
+        }
+        tracing::info!(%error, "closing connection with ERROR");
+        let mut frame = Frame::new(Command::Error).with_header("message", one_line(&error.to_string()));
+        if let Some(r) = receipt {
+            frame.add_header("receipt-id", HeaderText::copy_from(r));
+        }
+        frame.add_header("content-type", "text/plain");
+        frame.body = bytes::Bytes::from(error.to_string());
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.framed.send(Outbound::Frame(frame))).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.framed.get_mut().shutdown_write()).await;
+    }
+}
+
+enum Flow {
+    Continue,
+    Disconnect,
+}
+
+trait ShutdownWrite {
+    async fn shutdown_write(&mut self) -> std::io::Result<()>;
+}
+
+impl<S: AsyncWrite + Unpin + Send> ShutdownWrite for S {
+    async fn shutdown_write(&mut self) -> std::io::Result<()> {
+        tokio::io::AsyncWriteExt::shutdown(self).await
+    }
+}
+
+fn receipt_frame(id: &str) -> Frame {
+    Frame::new(Command::Receipt).with_header("receipt-id", HeaderText::copy_from(id))
+}
+
+fn required<'f>(frame: &'f Frame, name: &'static str) -> Result<&'f str, SessionError> {
+    frame
+        .header(name)
+        .ok_or(SessionError::Convert(ConvertError::MissingHeader(name)))
+}
+
+fn one_line(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
+}
+
+fn parse_ack_id(id: &str) -> Option<(ConsumerId, u64)> {
+    let (consumer, seq) = id.split_once('.')?;
+    Some((consumer.parse().ok()?, seq.parse().ok()?))
+}
+
+/// `heart-beat: cx,cy` — what the client can send and what it wants, in ms.
+fn parse_heartbeat(value: Option<&str>) -> Result<(u64, u64), SessionError> {
+    let Some(value) = value else { return Ok((0, 0)) };
+    let bad = || SessionError::Protocol(format!("invalid heart-beat header '{value}'"));
+    let (a, b) = value.split_once(',').ok_or_else(bad)?;
+    Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+}
