@@ -1,1 +1,311 @@
-//! TOML configuration, read once at start. (placeholder: the config helper replaces this)
+//! TOML configuration, read once at start.
+//!
+//! `config/weir.toml` documents every key. Loading is two steps: serde reads the file into
+//! `raw` types (unknown keys refused, paths tracked by `serde_path_to_error`), then
+//! `convert` checks values and cross-references and fills in defaults. Any error is a
+//! [`ConfigError`] whose Display is one line naming the key.
+
+mod convert;
+mod error;
+mod raw;
+mod units;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::core::settings::{QueueSettings, SettingsTable};
+
+pub use error::{ConfigError, KeyPath, Problem};
+pub use units::{format_duration, parse_duration, parse_size, DurationError, SizeError};
+
+/// The configuration used when no file is given: `src/config/default.toml`.
+const DEFAULT_TOML: &str = include_str!("default.toml");
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    broker: BrokerConfig,
+    acceptors: Acceptors,
+    store: StoreConfig,
+    limits: Limits,
+    security: Security,
+    connection_factories: Vec<ConnectionFactory>,
+    grouping_handler: Option<GroupingHandler>,
+    settings: SettingsTable,
+    queues: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    pub name: String,
+    pub data_dir: PathBuf,
+    /// Already folded into the settings table as the base of `auto_create`.
+    pub auto_create_queues: bool,
+}
+
+/// The two well-known acceptors (`None` = off) and any extra listeners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Acceptors {
+    pub stomp: Option<SocketAddr>,
+    pub amqp: Option<SocketAddr>,
+    pub extra: Vec<Listener>,
+}
+
+/// One TCP listener. With several protocols the server sniffs the first bytes
+/// ("AMQP" header versus a STOMP command).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub bind: SocketAddr,
+    pub protocols: Vec<Protocol>,
+    /// Name of a [`ConnectionFactory`] applied to connections accepted here; checked to exist.
+    pub connection_factory: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Stomp,
+    Amqp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub fsync: FsyncPolicy,
+    /// Most messages written by one group commit.
+    pub max_batch: usize,
+}
+
+/// When a durable write is on disk, and so when its receipt may go out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Every commit is fsynced before its receipt.
+    Always,
+    /// At most one fsync per `window`; receipts wait for the fsync covering their write.
+    Batched { window: Duration },
+    /// Written to the OS only: survives `kill -9` of the broker, not a power loss.
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_frame_size: usize,
+    pub max_headers: usize,
+    pub max_header_length: usize,
+    pub max_message_size: usize,
+    pub max_connections: usize,
+    /// The server's preferred heart-beat interval; zero means none.
+    pub heartbeat: Duration,
+    /// Broker-wide consumer window; the base of every queue's `default_prefetch`.
+    pub default_prefetch: u32,
+}
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub password: String,
+}
+
+impl fmt::Debug for User {
+    // Keeps passwords out of logs that print the config.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Security {
+    pub allow_anonymous: bool,
+    pub users: Vec<User>,
+}
+
+/// Artemis-style client defaults for message grouping, picked by a listener by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionFactory {
+    pub name: String,
+    /// Give each producer a generated group id for everything it sends.
+    pub autogroup: bool,
+    /// A fixed group id for messages that carry none.
+    pub group_id: Option<String>,
+}
+
+/// Cluster-wide group ownership (Artemis `grouping-handler`); parsed now, used by clustering.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupingHandler {
+    pub name: String,
+    pub kind: GroupingHandlerKind,
+    pub address: String,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum GroupingHandlerKind {
+    #[serde(rename = "LOCAL", alias = "local")]
+    Local,
+    #[serde(rename = "REMOTE", alias = "remote")]
+    Remote,
+}
+
+impl Config {
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let de = toml::Deserializer::new(text);
+        let raw: raw::RawConfig =
+            serde_path_to_error::deserialize(de).map_err(|e| serde_error(e, text))?;
+        convert::convert(raw)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml_str(&text)
+    }
+
+    /// STOMP on 127.0.0.1:61613, AMQP on 127.0.0.1:5672, data in `./weir-data`,
+    /// queues created on first use, no users (anonymous allowed).
+    pub fn embedded_default() -> Config {
+        // The text is compiled in and a unit test loads it, so this cannot fail at run time.
+        Self::from_toml_str(DEFAULT_TOML)
+            .unwrap_or_else(|e| panic!("embedded default configuration is invalid: {e}"))
+    }
+
+    pub fn set_data_dir(&mut self, dir: PathBuf) {
+        self.broker.data_dir = dir;
+    }
+
+    /// `None` turns the STOMP acceptor off.
+    pub fn set_stomp_addr(&mut self, addr: Option<SocketAddr>) {
+        self.acceptors.stomp = addr;
+    }
+
+    /// `None` turns the AMQP acceptor off.
+    pub fn set_amqp_addr(&mut self, addr: Option<SocketAddr>) {
+        self.acceptors.amqp = addr;
+    }
+
+    pub fn broker(&self) -> &BrokerConfig {
+        &self.broker
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.broker.data_dir
+    }
+
+    pub fn acceptors(&self) -> &Acceptors {
+        &self.acceptors
+    }
+
+    /// Every listener to open: `stomp` and `amqp` (when on) first, then the extras.
+    pub fn listeners(&self) -> Vec<Listener> {
+        let main = [
+            ("stomp", self.acceptors.stomp, Protocol::Stomp),
+            ("amqp", self.acceptors.amqp, Protocol::Amqp),
+        ];
+        main.into_iter()
+            .filter_map(|(name, addr, protocol)| {
+                addr.map(|bind| Listener {
+                    name: name.to_owned(),
+                    bind,
+                    protocols: vec![protocol],
+                    connection_factory: None,
+                })
+            })
+            .chain(self.acceptors.extra.iter().cloned())
+            .collect()
+    }
+
+    pub fn store(&self) -> &StoreConfig {
+        &self.store
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn security(&self) -> &Security {
+        &self.security
+    }
+
+    pub fn users(&self) -> &[User] {
+        &self.security.users
+    }
+
+    pub fn allow_anonymous(&self) -> bool {
+        self.security.allow_anonymous
+    }
+
+    pub fn connection_factories(&self) -> &[ConnectionFactory] {
+        &self.connection_factories
+    }
+
+    pub fn connection_factory(&self, name: &str) -> Option<&ConnectionFactory> {
+        self.connection_factories.iter().find(|f| f.name == name)
+    }
+
+    pub fn grouping_handler(&self) -> Option<&GroupingHandler> {
+        self.grouping_handler.as_ref()
+    }
+
+    /// `[queue_defaults]` plus every `[address_settings.PATTERN]` and each declared
+    /// queue's inline keys (as an exact-name pattern).
+    pub fn settings_table(&self) -> SettingsTable {
+        self.settings.clone()
+    }
+
+    /// Queues from `[[queues]]`, in file order, with their resolved settings.
+    pub fn declared_queues(&self) -> Vec<(String, QueueSettings)> {
+        self.queues
+            .iter()
+            .map(|name| (name.clone(), self.settings.resolve(name)))
+            .collect()
+    }
+}
+
+/// A serde error with a key path names the key; without one it is a TOML syntax
+/// error, placed by line and column.
+fn serde_error(e: serde_path_to_error::Error<toml::de::Error>, text: &str) -> ConfigError {
+    let key = KeyPath::from_serde(e.path());
+    let inner = e.into_inner();
+    let mut message = one_line(inner.message());
+    if message.is_empty() {
+        // toml leaves the message empty for some syntax errors, e.g. a value cut off at the end.
+        message = "not valid TOML".to_owned();
+    }
+    if !key.as_str().is_empty() {
+        return ConfigError::key(key, Problem::Schema(message));
+    }
+    let (line, column) = inner
+        .span()
+        .map_or((1, 1), |span| line_column(text, span.start));
+    ConfigError::Syntax {
+        line,
+        column,
+        message,
+    }
+}
+
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,600 @@
+//! Turns the file as read (`raw`) into the typed [`Config`], checking ranges and cross-references.
+//! Every default lives here, so an empty file means "all defaults".
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::core::settings::{
+    AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
+};
+
+use super::error::{ConfigError, KeyPath, Problem};
+use super::raw::{
+    RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawDelayOverMax, RawDuration,
+    RawFsync, RawGroupingHandler, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawUser,
+};
+use super::units::{format_duration, parse_duration, parse_size};
+use super::{
+    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, GroupingHandler, Limits,
+    Listener, Security, StoreConfig, User,
+};
+
+pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
+pub(super) const DEFAULT_AMQP: &str = "127.0.0.1:5672";
+const DEFAULT_NAME: &str = "weir";
+const DEFAULT_DATA_DIR: &str = "./weir-data";
+const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(2);
+const DEFAULT_MAX_BATCH: u64 = 1_000;
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
+    let broker = broker(raw.broker);
+    let limits = limits(&raw.limits)?;
+    let store = store(&raw.store)?;
+    let connection_factories = connection_factories(raw.connection_factories)?;
+    let acceptors = acceptors(raw.acceptors, &connection_factories)?;
+    let security = security(raw.users, &raw.security)?;
+    let grouping_handler = raw.grouping_handler.map(grouping_handler).transpose()?;
+
+    // The broker-wide switches are the base that [queue_defaults] refines.
+    let mut defaults = QueueSettings {
+        auto_create: broker.auto_create_queues,
+        default_prefetch: limits.default_prefetch,
+        ..QueueSettings::default()
+    };
+    let defaults_key = KeyPath::root("queue_defaults");
+    overlay(
+        &mut defaults,
+        &settings_override(&raw.queue_defaults, &defaults_key)?,
+    );
+    check_resolved(&defaults, &defaults_key)?;
+
+    let mut settings = SettingsTable::new(defaults);
+    let mut checks = Vec::new();
+    for (pattern, raw_over) in &raw.address_settings {
+        let key = KeyPath::root("address_settings").field(pattern);
+        if pattern.split('.').any(str::is_empty) {
+            return Err(ConfigError::key(key, Problem::BadPattern(pattern.clone())));
+        }
+        settings.add(
+            AddressPattern::new(pattern),
+            settings_override(raw_over, &key)?,
+        );
+        checks.push((pattern.clone(), key));
+    }
+
+    // A declared queue's inline keys become an exact-name pattern added last: it is at
+    // least as specific as any address_settings pattern matching that name, and the
+    // table's stable sort lets the later entry win a tie.
+    let mut queues = Vec::new();
+    for (i, raw_queue) in raw.queues.into_iter().enumerate() {
+        let (name, raw_over) = raw_queue.split();
+        let key = KeyPath::root("queues").index(i);
+        if name.is_empty() {
+            return Err(ConfigError::key(key.field("name"), Problem::Empty));
+        }
+        if name.split('.').any(|w| w == "*" || w == "#") {
+            return Err(ConfigError::key(
+                key.field("name"),
+                Problem::WildcardQueueName(name),
+            ));
+        }
+        if queues.contains(&name) {
+            return Err(ConfigError::key(
+                key.field("name"),
+                Problem::Duplicate(name),
+            ));
+        }
+        settings.add(
+            AddressPattern::new(&name),
+            settings_override(&raw_over, &key)?,
+        );
+        checks.push((name.clone(), key));
+        queues.push(name);
+    }
+    // Patterns combine, so check what each pattern and queue actually resolves to.
+    for (name, key) in &checks {
+        check_resolved(&settings.resolve(name), key)?;
+    }
+
+    Ok(Config {
+        broker,
+        acceptors,
+        store,
+        limits,
+        security,
+        connection_factories,
+        grouping_handler,
+        settings,
+        queues,
+    })
+}
+
+fn broker(raw: RawBroker) -> BrokerConfig {
+    BrokerConfig {
+        name: raw.name.unwrap_or_else(|| DEFAULT_NAME.to_owned()),
+        data_dir: raw
+            .data_dir
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+        auto_create_queues: raw.auto_create_queues.unwrap_or(true),
+    }
+}
+
+fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
+    let key = KeyPath::root("limits");
+    let max_frame_size = ranged_size(
+        raw.max_frame_size.as_ref(),
+        10 * MIB,
+        1024,
+        GIB,
+        &key.field("max_frame_size"),
+    )?;
+    let header_key = key.field("max_header_length");
+    let max_header_length = ranged_size(
+        raw.max_header_length.as_ref(),
+        10 * 1024,
+        64,
+        MIB,
+        &header_key,
+    )?;
+    if max_header_length > max_frame_size {
+        return Err(ConfigError::key(
+            header_key,
+            Problem::Exceeds {
+                value: max_header_length.to_string(),
+                other: "max_frame_size",
+                other_value: max_frame_size.to_string(),
+            },
+        ));
+    }
+    let heartbeat_key = key.field("heartbeat");
+    let heartbeat = duration_or(
+        raw.heartbeat.as_ref(),
+        Duration::from_secs(10),
+        &heartbeat_key,
+    )?;
+    let (hb_min, hb_max) = (Duration::from_millis(100), Duration::from_secs(3_600));
+    if !heartbeat.is_zero() && !(hb_min..=hb_max).contains(&heartbeat) {
+        return Err(ConfigError::key(
+            heartbeat_key,
+            Problem::DurationOutOfRange {
+                min: hb_min,
+                max: hb_max,
+                zero_allowed: true,
+            },
+        ));
+    }
+    Ok(Limits {
+        max_frame_size: to_usize(max_frame_size),
+        max_headers: to_usize(ranged(
+            raw.max_headers,
+            1_000,
+            1,
+            100_000,
+            &key.field("max_headers"),
+        )?),
+        max_header_length: to_usize(max_header_length),
+        max_message_size: to_usize(ranged_size(
+            raw.max_message_size.as_ref(),
+            10 * MIB,
+            1024,
+            GIB,
+            &key.field("max_message_size"),
+        )?),
+        max_connections: to_usize(ranged(
+            raw.max_connections,
+            10_000,
+            1,
+            1_000_000,
+            &key.field("max_connections"),
+        )?),
+        heartbeat,
+        default_prefetch: u32::try_from(ranged(
+            raw.default_prefetch,
+            1_000,
+            1,
+            1_000_000,
+            &key.field("default_prefetch"),
+        )?)
+        .unwrap_or(u32::MAX),
+    })
+}
+
+fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
+    let key = KeyPath::root("store");
+    let window_key = key.field("batch_window");
+    let fsync = match raw.fsync.unwrap_or(RawFsync::Batched) {
+        RawFsync::Batched => {
+            let window = duration_or(raw.batch_window.as_ref(), DEFAULT_BATCH_WINDOW, &window_key)?;
+            let (min, max) = (Duration::from_micros(1), Duration::from_secs(1));
+            if !(min..=max).contains(&window) {
+                return Err(ConfigError::key(
+                    window_key,
+                    Problem::DurationOutOfRange {
+                        min,
+                        max,
+                        zero_allowed: false,
+                    },
+                ));
+            }
+            FsyncPolicy::Batched { window }
+        }
+        _ if raw.batch_window.is_some() => {
+            return Err(ConfigError::key(
+                window_key,
+                Problem::BatchWindowWithoutBatching,
+            ))
+        }
+        RawFsync::Always => FsyncPolicy::Always,
+        RawFsync::Never => FsyncPolicy::Never,
+    };
+    let max_batch = ranged(
+        raw.max_batch,
+        DEFAULT_MAX_BATCH,
+        1,
+        100_000,
+        &key.field("max_batch"),
+    )?;
+    Ok(StoreConfig {
+        fsync,
+        max_batch: to_usize(max_batch),
+    })
+}
+
+fn connection_factories(
+    raw: BTreeMap<String, RawConnectionFactory>,
+) -> Result<Vec<ConnectionFactory>, ConfigError> {
+    raw.into_iter()
+        .map(|(name, f)| {
+            let key = KeyPath::root("connection_factories").field(&name);
+            if name.is_empty() {
+                return Err(ConfigError::key(key, Problem::Empty));
+            }
+            let autogroup = f.autogroup.unwrap_or(false);
+            if let Some(id) = &f.group_id {
+                if id.is_empty() {
+                    return Err(ConfigError::key(key.field("group_id"), Problem::Empty));
+                }
+                if autogroup {
+                    return Err(ConfigError::key(key, Problem::AutogroupAndGroupId));
+                }
+            }
+            Ok(ConnectionFactory {
+                name,
+                autogroup,
+                group_id: f.group_id,
+            })
+        })
+        .collect()
+}
+
+fn acceptors(raw: RawAcceptors, factories: &[ConnectionFactory]) -> Result<Acceptors, ConfigError> {
+    let key = KeyPath::root("acceptors");
+    let main = |text: Option<String>, default: &str, field: &str| match text {
+        None => socket_addr(default, &key.field(field)).map(Some),
+        Some(t) if t.trim().is_empty() => Ok(None),
+        Some(t) => socket_addr(&t, &key.field(field)).map(Some),
+    };
+    let stomp = main(raw.stomp, DEFAULT_STOMP, "stomp")?;
+    let amqp = main(raw.amqp, DEFAULT_AMQP, "amqp")?;
+
+    let mut bound: Vec<(SocketAddr, KeyPath)> = Vec::new();
+    let mut claim = |addr: SocketAddr, at: KeyPath| {
+        // Port 0 asks the OS for a fresh port, so it never collides.
+        match bound.iter().find(|(a, _)| *a == addr && addr.port() != 0) {
+            Some((_, other)) => Err(ConfigError::key(
+                at,
+                Problem::AddressInUse {
+                    addr,
+                    other: other.clone(),
+                },
+            )),
+            None => {
+                bound.push((addr, at));
+                Ok(())
+            }
+        }
+    };
+    if let Some(a) = stomp {
+        claim(a, key.field("stomp"))?;
+    }
+    if let Some(a) = amqp {
+        claim(a, key.field("amqp"))?;
+    }
+
+    let mut names: HashSet<String> = ["stomp", "amqp"].map(str::to_owned).into();
+    let mut extra = Vec::new();
+    for (i, e) in raw.extra.into_iter().enumerate() {
+        let ekey = key.field("extra").index(i);
+        if e.name.is_empty() {
+            return Err(ConfigError::key(ekey.field("name"), Problem::Empty));
+        }
+        if !names.insert(e.name.clone()) {
+            return Err(ConfigError::key(
+                ekey.field("name"),
+                Problem::Duplicate(e.name),
+            ));
+        }
+        let bind = socket_addr(&e.bind, &ekey.field("bind"))?;
+        claim(bind, ekey.field("bind"))?;
+        let mut protocols = Vec::new();
+        for p in e.protocols {
+            if !protocols.contains(&p) {
+                protocols.push(p);
+            }
+        }
+        if protocols.is_empty() {
+            return Err(ConfigError::key(
+                ekey.field("protocols"),
+                Problem::NoProtocols,
+            ));
+        }
+        if let Some(f) = &e.connection_factory {
+            if !factories.iter().any(|cf| &cf.name == f) {
+                return Err(ConfigError::key(
+                    ekey.field("connection_factory"),
+                    Problem::UnknownConnectionFactory(f.clone()),
+                ));
+            }
+        }
+        extra.push(Listener {
+            name: e.name,
+            bind,
+            protocols,
+            connection_factory: e.connection_factory,
+        });
+    }
+    Ok(Acceptors { stomp, amqp, extra })
+}
+
+fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigError> {
+    let mut out: Vec<User> = Vec::with_capacity(users.len());
+    for (i, u) in users.into_iter().enumerate() {
+        let key = KeyPath::root("users").index(i);
+        if u.name.is_empty() {
+            return Err(ConfigError::key(key.field("name"), Problem::Empty));
+        }
+        if u.password.is_empty() {
+            return Err(ConfigError::key(key.field("password"), Problem::Empty));
+        }
+        if out.iter().any(|o| o.name == u.name) {
+            return Err(ConfigError::key(
+                key.field("name"),
+                Problem::Duplicate(u.name),
+            ));
+        }
+        out.push(User {
+            name: u.name,
+            password: u.password,
+        });
+    }
+    Ok(Security {
+        allow_anonymous: raw.allow_anonymous.unwrap_or(out.is_empty()),
+        users: out,
+    })
+}
+
+fn grouping_handler(raw: RawGroupingHandler) -> Result<GroupingHandler, ConfigError> {
+    let key = KeyPath::root("grouping_handler");
+    if raw.name.is_empty() {
+        return Err(ConfigError::key(key.field("name"), Problem::Empty));
+    }
+    if raw.address.is_empty() {
+        return Err(ConfigError::key(key.field("address"), Problem::Empty));
+    }
+    let timeout_key = key.field("timeout");
+    let timeout = duration_or(raw.timeout.as_ref(), Duration::from_secs(5), &timeout_key)?;
+    let (min, max) = (Duration::from_millis(1), Duration::from_secs(3_600));
+    if !(min..=max).contains(&timeout) {
+        return Err(ConfigError::key(
+            timeout_key,
+            Problem::DurationOutOfRange {
+                min,
+                max,
+                zero_allowed: false,
+            },
+        ));
+    }
+    Ok(GroupingHandler {
+        name: raw.name,
+        kind: raw.kind,
+        address: raw.address,
+        timeout,
+    })
+}
+
+/// Converts one `[queue_defaults]`, `[address_settings.X]` or `[[queues]]` table.
+fn settings_override(
+    raw: &RawSettings,
+    key: &KeyPath,
+) -> Result<QueueSettingsOverride, ConfigError> {
+    let dur = |v: &Option<RawDuration>, field: &str| {
+        v.as_ref()
+            .map(|d| duration(d, &key.field(field)))
+            .transpose()
+    };
+    // Absent inherits; an explicit empty string clears the inherited value.
+    let optional_text = |v: &Option<String>| {
+        v.as_ref()
+            .map(|s| if s.is_empty() { None } else { Some(s.clone()) })
+    };
+    if let Some(m) = raw.redelivery_multiplier {
+        // Written so that NaN fails too.
+        if !(m >= 1.0 && m.is_finite()) {
+            return Err(ConfigError::key(
+                key.field("redelivery_multiplier"),
+                Problem::BelowMinimum(1.0),
+            ));
+        }
+    }
+    if let Some(b) = raw.group_buckets {
+        if b < -1 {
+            return Err(ConfigError::key(
+                key.field("group_buckets"),
+                Problem::BelowMinimum(-1.0),
+            ));
+        }
+    }
+    if raw.max_delivery_attempts == Some(0) {
+        return Err(ConfigError::key(
+            key.field("max_delivery_attempts"),
+            Problem::BelowMinimum(1.0),
+        ));
+    }
+    if raw.default_prefetch == Some(0) {
+        return Err(ConfigError::key(
+            key.field("default_prefetch"),
+            Problem::BelowMinimum(1.0),
+        ));
+    }
+    Ok(QueueSettingsOverride {
+        durable: raw.durable,
+        max_delivery_attempts: raw.max_delivery_attempts,
+        dead_letter_address: optional_text(&raw.dead_letter_address),
+        expiry_address: optional_text(&raw.expiry_address),
+        max_memory_messages: raw.max_memory_messages,
+        default_prefetch: raw.default_prefetch,
+        default_message_delay: dur(&raw.default_message_delay, "default_message_delay")?,
+        max_message_delay: dur(&raw.max_message_delay, "max_message_delay")?,
+        delay_over_max: raw.delay_over_max.map(|d| match d {
+            RawDelayOverMax::Reject => DelayOverMax::Reject,
+            RawDelayOverMax::Clamp => DelayOverMax::Clamp,
+        }),
+        redelivery_delay: dur(&raw.redelivery_delay, "redelivery_delay")?,
+        redelivery_multiplier: raw.redelivery_multiplier,
+        max_redelivery_delay: dur(&raw.max_redelivery_delay, "max_redelivery_delay")?,
+        group_rebalance: raw.group_rebalance,
+        group_rebalance_pause_dispatch: raw.group_rebalance_pause_dispatch,
+        group_buckets: raw.group_buckets,
+        group_first_key: optional_text(&raw.group_first_key),
+        consumers_before_dispatch: raw.consumers_before_dispatch,
+        delay_before_dispatch: dur(&raw.delay_before_dispatch, "delay_before_dispatch")?,
+        exclusive: raw.exclusive,
+        auto_create: raw.auto_create,
+    })
+}
+
+/// Applies an override to plain settings. `QueueSettingsOverride::apply_to` is private
+/// to core, and the defaults are not resolved through a pattern.
+fn overlay(base: &mut QueueSettings, over: &QueueSettingsOverride) {
+    macro_rules! fields {
+        ($($f:ident),* $(,)?) => { $( if let Some(v) = &over.$f { base.$f = v.clone(); } )* };
+    }
+    fields!(
+        durable,
+        max_delivery_attempts,
+        dead_letter_address,
+        expiry_address,
+        max_memory_messages,
+        default_prefetch,
+        default_message_delay,
+        max_message_delay,
+        delay_over_max,
+        redelivery_delay,
+        redelivery_multiplier,
+        max_redelivery_delay,
+        group_rebalance,
+        group_rebalance_pause_dispatch,
+        group_buckets,
+        group_first_key,
+        consumers_before_dispatch,
+        delay_before_dispatch,
+        exclusive,
+        auto_create,
+    );
+}
+
+/// Checks between fields, on settings as a queue would see them.
+fn check_resolved(s: &QueueSettings, key: &KeyPath) -> Result<(), ConfigError> {
+    let pairs = [
+        (
+            "default_message_delay",
+            s.default_message_delay,
+            "max_message_delay",
+            s.max_message_delay,
+        ),
+        (
+            "redelivery_delay",
+            s.redelivery_delay,
+            "max_redelivery_delay",
+            s.max_redelivery_delay,
+        ),
+    ];
+    for (field, value, other, max) in pairs {
+        if value > max {
+            return Err(ConfigError::key(
+                key.field(field),
+                Problem::Exceeds {
+                    value: format_duration(value),
+                    other,
+                    other_value: format_duration(max),
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn duration(raw: &RawDuration, key: &KeyPath) -> Result<Duration, ConfigError> {
+    match raw {
+        RawDuration::Millis(ms) => Ok(Duration::from_millis(*ms)),
+        RawDuration::Text(t) => parse_duration(t).map_err(|e| ConfigError::key(key.clone(), e)),
+    }
+}
+
+fn duration_or(
+    raw: Option<&RawDuration>,
+    default: Duration,
+    key: &KeyPath,
+) -> Result<Duration, ConfigError> {
+    raw.map_or(Ok(default), |d| duration(d, key))
+}
+
+fn ranged(
+    value: Option<u64>,
+    default: u64,
+    min: u64,
+    max: u64,
+    key: &KeyPath,
+) -> Result<u64, ConfigError> {
+    let v = value.unwrap_or(default);
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ConfigError::key(
+            key.clone(),
+            Problem::OutOfRange { min, max },
+        ))
+    }
+}
+
+fn ranged_size(
+    raw: Option<&RawSize>,
+    default: u64,
+    min: u64,
+    max: u64,
+    key: &KeyPath,
+) -> Result<u64, ConfigError> {
+    let value = match raw {
+        None => None,
+        Some(RawSize::Bytes(b)) => Some(*b),
+        Some(RawSize::Text(t)) => {
+            Some(parse_size(t).map_err(|e| ConfigError::key(key.clone(), e))?)
+        }
+    };
+    ranged(value, default, min, max, key)
+}
+
+/// Every range checked above ends far below `usize::MAX` on the 64-bit targets we build for.
+fn to_usize(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+fn socket_addr(text: &str, key: &KeyPath) -> Result<SocketAddr, ConfigError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ConfigError::key(key.clone(), Problem::NotASocketAddr(text.to_owned())))
+}

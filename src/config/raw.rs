@@ -1,0 +1,239 @@
+//! The file as serde reads it. Durations, sizes and addresses stay text here so that
+//! the conversion in `convert.rs` can name the key when one is wrong.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+use super::{GroupingHandlerKind, Protocol};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawConfig {
+    pub broker: RawBroker,
+    pub acceptors: RawAcceptors,
+    pub store: RawStore,
+    pub limits: RawLimits,
+    pub users: Vec<RawUser>,
+    pub security: RawSecurity,
+    pub queue_defaults: RawSettings,
+    pub address_settings: BTreeMap<String, RawSettings>,
+    pub queues: Vec<RawQueue>,
+    pub connection_factories: BTreeMap<String, RawConnectionFactory>,
+    pub grouping_handler: Option<RawGroupingHandler>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawBroker {
+    pub name: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub auto_create_queues: Option<bool>,
+}
+
+/// `None` takes the default address; an empty string turns the acceptor off.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawAcceptors {
+    pub stomp: Option<String>,
+    pub amqp: Option<String>,
+    pub extra: Vec<RawExtraAcceptor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExtraAcceptor {
+    pub name: String,
+    pub bind: String,
+    #[serde(default = "both_protocols")]
+    pub protocols: Vec<Protocol>,
+    #[serde(default)]
+    pub connection_factory: Option<String>,
+}
+
+fn both_protocols() -> Vec<Protocol> {
+    vec![Protocol::Stomp, Protocol::Amqp]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawFsync {
+    Always,
+    Batched,
+    Never,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawStore {
+    pub fsync: Option<RawFsync>,
+    pub batch_window: Option<RawDuration>,
+    pub max_batch: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawLimits {
+    pub max_frame_size: Option<RawSize>,
+    pub max_headers: Option<u64>,
+    pub max_header_length: Option<RawSize>,
+    pub max_message_size: Option<RawSize>,
+    pub max_connections: Option<u64>,
+    pub heartbeat: Option<RawDuration>,
+    pub default_prefetch: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawUser {
+    pub name: String,
+    pub password: String,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawSecurity {
+    pub allow_anonymous: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawConnectionFactory {
+    pub autogroup: Option<bool>,
+    pub group_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawGroupingHandler {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: GroupingHandlerKind,
+    pub address: String,
+    #[serde(default)]
+    pub timeout: Option<RawDuration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum RawDelayOverMax {
+    Reject,
+    Clamp,
+}
+
+/// Declares the queue-settings keys once for both `[queue_defaults]` / `[address_settings.X]`
+/// and `[[queues]]` (which adds `name`): `#[serde(flatten)]` would silently drop unknown keys.
+macro_rules! settings_structs {
+    ($($field:ident : $ty:ty),* $(,)?) => {
+        /// Every key optional: absent inherits. For the optional addresses and
+        /// `group_first_key`, an empty string means "none".
+        #[derive(Debug, Default, Clone, Deserialize)]
+        #[serde(deny_unknown_fields, default)]
+        pub(super) struct RawSettings {
+            $(pub $field: Option<$ty>,)*
+        }
+
+        #[derive(Debug, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub(super) struct RawQueue {
+            pub name: String,
+            $(#[serde(default)] pub $field: Option<$ty>,)*
+        }
+
+        impl RawQueue {
+            pub fn split(self) -> (String, RawSettings) {
+                (self.name, RawSettings { $($field: self.$field,)* })
+            }
+        }
+    };
+}
+
+settings_structs! {
+    durable: bool,
+    max_delivery_attempts: u32,
+    dead_letter_address: String,
+    expiry_address: String,
+    max_memory_messages: usize,
+    default_prefetch: u32,
+    default_message_delay: RawDuration,
+    max_message_delay: RawDuration,
+    delay_over_max: RawDelayOverMax,
+    redelivery_delay: RawDuration,
+    redelivery_multiplier: f64,
+    max_redelivery_delay: RawDuration,
+    group_rebalance: bool,
+    group_rebalance_pause_dispatch: bool,
+    group_buckets: i32,
+    group_first_key: String,
+    consumers_before_dispatch: u32,
+    delay_before_dispatch: RawDuration,
+    exclusive: bool,
+    auto_create: bool,
+}
+
+/// A duration as written: text for `parse_duration`, or a TOML integer of milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RawDuration {
+    Millis(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawDuration;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a duration such as \"250ms\", \"30s\", \"15m\" or an integer of milliseconds",
+                )
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawDuration::Millis(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(RawDuration::Millis)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawDuration::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A size as written: text for `parse_size`, or a TOML integer of bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RawSize {
+    Bytes(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for RawSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size such as 65536 or \"10MiB\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawSize::Bytes(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                u64::try_from(v)
+                    .map(RawSize::Bytes)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(RawSize::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}

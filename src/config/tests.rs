@@ -1,0 +1,446 @@
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::core::settings::DelayOverMax;
+
+use super::*;
+
+const REFERENCE: &str = include_str!("../../config/weir.toml");
+
+fn load(text: &str) -> Config {
+    match Config::from_toml_str(text) {
+        Ok(c) => c,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+fn error(text: &str) -> String {
+    match Config::from_toml_str(text) {
+        Ok(_) => panic!("accepted invalid config:\n{text}"),
+        Err(e) => {
+            let line = e.to_string();
+            assert!(!line.contains('\n'), "not one line: {line:?}");
+            line
+        }
+    }
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+#[test]
+fn reference_file_loads_with_its_examples() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/weir.toml");
+    let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.acceptors().stomp, Some(addr("127.0.0.1:61613")));
+    assert_eq!(c.acceptors().amqp, Some(addr("127.0.0.1:5672")));
+    let listeners = c.listeners();
+    assert_eq!(listeners.len(), 3);
+    assert_eq!(listeners[2].name, "all-protocols");
+    assert_eq!(
+        listeners[2].protocols,
+        vec![Protocol::Stomp, Protocol::Amqp]
+    );
+    assert_eq!(listeners[2].connection_factory.as_deref(), Some("grouped"));
+    assert!(c.connection_factory("grouped").is_some_and(|f| f.autogroup));
+    assert!(c.allow_anonymous());
+
+    let queues = c.declared_queues();
+    assert_eq!(queues.len(), 1);
+    let (name, s) = &queues[0];
+    assert_eq!(name, "orders.eu");
+    assert!(s.durable, "from orders.#");
+    assert_eq!(s.group_buckets, 1024);
+    assert_eq!(s.max_delivery_attempts, 5, "inline key");
+    assert_eq!(s.redelivery_delay, Duration::from_millis(250));
+    let delayed = c.settings_table().resolve("delayed.x");
+    assert_eq!(delayed.default_message_delay, Duration::from_secs(30));
+    assert_eq!(delayed.delay_over_max, DelayOverMax::Clamp);
+    assert!(!delayed.durable);
+}
+
+#[test]
+fn reference_queue_defaults_match_the_built_in_defaults() {
+    let c = load(REFERENCE);
+    assert_eq!(c.settings_table().defaults(), &QueueSettings::default());
+    assert_eq!(c.limits(), load("").limits());
+    assert_eq!(c.store(), load("").store());
+    assert_eq!(c.broker(), load("").broker());
+}
+
+#[test]
+fn reference_commented_examples_parse() {
+    let uncommented = REFERENCE
+        .replace(
+            "# [[users]]\n# name = \"admin\"\n# password = \"change-me\"",
+            "[[users]]\nname = \"admin\"\npassword = \"change-me\"",
+        )
+        .replace("# allow_anonymous = true", "allow_anonymous = true")
+        .replace("# [grouping_handler]", "[grouping_handler]")
+        .replace("# name = \"grouping\"", "name = \"grouping\"")
+        .replace("# type = \"LOCAL\"", "type = \"LOCAL\"")
+        .replace("# address = \"orders\"", "address = \"orders\"")
+        .replace("# timeout = \"5s\"", "timeout = \"5s\"");
+    let c = load(&uncommented);
+    assert_eq!(c.users().len(), 1, "users example not found in weir.toml");
+    assert!(c.allow_anonymous());
+    let g = c.grouping_handler();
+    assert!(g.is_some_and(|g| g.kind == GroupingHandlerKind::Local
+        && g.address == "orders"
+        && g.timeout == Duration::from_secs(5)));
+}
+
+#[test]
+fn embedded_default_is_the_documented_default() {
+    let c = Config::embedded_default();
+    assert_eq!(c.acceptors().stomp, Some(addr("127.0.0.1:61613")));
+    assert_eq!(c.acceptors().amqp, Some(addr("127.0.0.1:5672")));
+    assert!(c.acceptors().extra.is_empty());
+    assert_eq!(c.data_dir(), Path::new("./weir-data"));
+    assert!(c.broker().auto_create_queues);
+    assert!(c.settings_table().resolve("anything").auto_create);
+    assert!(c.users().is_empty());
+    assert!(c.allow_anonymous());
+    assert_eq!(
+        c.store().fsync,
+        FsyncPolicy::Batched {
+            window: Duration::from_millis(2)
+        }
+    );
+    assert!(c.declared_queues().is_empty());
+    assert!(c.grouping_handler().is_none());
+
+    let empty = load("");
+    assert_eq!(c.broker(), empty.broker());
+    assert_eq!(c.acceptors(), empty.acceptors());
+    assert_eq!(c.store(), empty.store());
+    assert_eq!(c.limits(), empty.limits());
+    assert_eq!(c.security(), empty.security());
+    assert_eq!(
+        c.settings_table().defaults(),
+        empty.settings_table().defaults()
+    );
+}
+
+#[test]
+fn value_errors_name_the_key() {
+    let cases = [
+        (
+            "[queue_defaults]\nmax_message_delay = \"15x\"",
+            "config: queue_defaults.max_message_delay: \"15x\" is not a duration (use e.g. 250ms, 30s, 15m)",
+        ),
+        (
+            "[limits]\nmax_frame_size = 100",
+            "config: limits.max_frame_size: must be between 1024 and 1073741824",
+        ),
+        (
+            "[limits]\nmax_frame_size = \"2GiB\"",
+            "config: limits.max_frame_size: must be between 1024 and 1073741824",
+        ),
+        (
+            "[limits]\nmax_message_size = \"10XB\"",
+            "config: limits.max_message_size: \"10XB\" is not a size (use e.g. 65536, 64KiB, 10MiB)",
+        ),
+        (
+            "[limits]\nheartbeat = \"50ms\"",
+            "config: limits.heartbeat: must be 0 or between 100ms and 1h",
+        ),
+        (
+            "[limits]\nmax_frame_size = \"4KiB\"\nmax_header_length = \"8KiB\"",
+            "config: limits.max_header_length: 8192 exceeds max_frame_size (4096)",
+        ),
+        (
+            "[queue_defaults]\ndefault_message_delay = \"20m\"",
+            "config: queue_defaults.default_message_delay: 20m exceeds max_message_delay (15m)",
+        ),
+        (
+            "[queue_defaults]\nmax_message_delay = \"1m\"\n[address_settings.\"a.*\"]\ndefault_message_delay = \"2m\"",
+            "config: address_settings.\"a.*\".default_message_delay: 2m exceeds max_message_delay (1m)",
+        ),
+        (
+            "[[queues]]\nname = \"q\"\nredelivery_delay = \"1h\"",
+            "config: queues[0].redelivery_delay: 1h exceeds max_redelivery_delay (10m)",
+        ),
+        (
+            "[address_settings.\"orders.#\"]\ngroup_buckets = -2",
+            "config: address_settings.\"orders.#\".group_buckets: must be at least -1",
+        ),
+        (
+            "[queue_defaults]\nredelivery_multiplier = 0.5",
+            "config: queue_defaults.redelivery_multiplier: must be at least 1",
+        ),
+        (
+            "[queue_defaults]\nmax_delivery_attempts = 0",
+            "config: queue_defaults.max_delivery_attempts: must be at least 1",
+        ),
+        (
+            "[acceptors]\nstomp = \"localhost:61613\"",
+            "config: acceptors.stomp: \"localhost:61613\" is not a socket address (use e.g. 127.0.0.1:61613 or [::]:5672)",
+        ),
+        (
+            "[[acceptors.extra]]\nname = \"x\"\nbind = \"127.0.0.1:5672\"",
+            "config: acceptors.extra[0].bind: 127.0.0.1:5672 is already used by acceptors.amqp",
+        ),
+        (
+            "[[acceptors.extra]]\nname = \"x\"\nbind = \"127.0.0.1:7000\"\nconnection_factory = \"nope\"",
+            "config: acceptors.extra[0].connection_factory: no connection factory named \"nope\" (declare it as [connection_factories.nope])",
+        ),
+        (
+            "[[acceptors.extra]]\nname = \"x\"\nbind = \"127.0.0.1:7000\"\nprotocols = []",
+            "config: acceptors.extra[0].protocols: must list at least one of \"stomp\", \"amqp\"",
+        ),
+        (
+            "[[acceptors.extra]]\nname = \"stomp\"\nbind = \"127.0.0.1:7000\"",
+            "config: acceptors.extra[0].name: \"stomp\" is declared twice",
+        ),
+        (
+            "[store]\nfsync = \"always\"\nbatch_window = \"5ms\"",
+            "config: store.batch_window: only applies when fsync = \"batched\"",
+        ),
+        (
+            "[store]\nbatch_window = \"0\"",
+            "config: store.batch_window: must be between 1us and 1s",
+        ),
+        (
+            "[store]\nmax_batch = 0",
+            "config: store.max_batch: must be between 1 and 100000",
+        ),
+        (
+            "[connection_factories.f]\nautogroup = true\ngroup_id = \"g\"",
+            "config: connection_factories.f: set autogroup or group_id, not both",
+        ),
+        (
+            "[[users]]\nname = \"a\"\npassword = \"p\"\n[[users]]\nname = \"a\"\npassword = \"q\"",
+            "config: users[1].name: \"a\" is declared twice",
+        ),
+        (
+            "[[users]]\nname = \"a\"\npassword = \"\"",
+            "config: users[0].password: must not be empty",
+        ),
+        (
+            "[[queues]]\nname = \"q\"\n[[queues]]\nname = \"q\"",
+            "config: queues[1].name: \"q\" is declared twice",
+        ),
+        (
+            "[[queues]]\nname = \"orders.#\"",
+            "config: queues[0].name: \"orders.#\" contains a * or # word; a declared queue needs a literal name",
+        ),
+        (
+            "[address_settings.\"orders..eu\"]\ndurable = true",
+            "config: address_settings.\"orders..eu\": \"orders..eu\" has an empty word (write words separated by '.', with * and # as wildcards)",
+        ),
+        (
+            "[grouping_handler]\nname = \"g\"\ntype = \"LOCAL\"\naddress = \"a\"\ntimeout = \"0\"",
+            "config: grouping_handler.timeout: must be between 1ms and 1h",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(error(text), want, "for:\n{text}");
+    }
+}
+
+#[test]
+fn schema_errors_name_the_key() {
+    let cases = [
+        (
+            "[broker]\nnmae = \"x\"",
+            "config: broker.nmae: unknown field `nmae`",
+        ),
+        (
+            "[brokr]\nname = \"x\"",
+            "config: brokr: unknown field `brokr`",
+        ),
+        (
+            "[address_settings.\"orders.#\"]\ndurabel = true",
+            "config: address_settings.\"orders.#\".durabel: unknown field `durabel`",
+        ),
+        (
+            "[[queues]]\nname = \"q\"\nmax_delay = \"1s\"",
+            "config: queues[0].max_delay: unknown field `max_delay`",
+        ),
+        (
+            "[broker]\nauto_create_queues = \"yes\"",
+            "config: broker.auto_create_queues: invalid type: string \"yes\"",
+        ),
+        (
+            "[store]\nfsync = \"sometimes\"",
+            "config: store.fsync: unknown variant `sometimes`",
+        ),
+        (
+            "[queue_defaults]\ndelay_over_max = \"drop\"",
+            "config: queue_defaults.delay_over_max: unknown variant `drop`",
+        ),
+        (
+            "[queue_defaults]\nredelivery_delay = -5",
+            "config: queue_defaults.redelivery_delay: invalid value: integer `-5`",
+        ),
+        (
+            "[[users]]\nname = \"a\"",
+            "config: users[0]: missing field `password`",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = error(text);
+        assert!(
+            got.starts_with(want),
+            "for:\n{text}\ngot:  {got}\nwant: {want}..."
+        );
+    }
+}
+
+#[test]
+fn syntax_errors_give_line_and_column() {
+    assert_eq!(
+        error("[broker]\nname = \"weir\"\ndata_dir = "),
+        "config: line 3, column 12: not valid TOML"
+    );
+    assert_eq!(
+        error("x = [1,"),
+        "config: line 1, column 8: invalid array; expected `]`"
+    );
+}
+
+#[test]
+fn missing_file_is_a_read_error() {
+    let err = Config::load(Path::new("/nonexistent/weir.toml")).err();
+    assert!(matches!(err, Some(ConfigError::Read { .. })));
+    let line = err.map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        line.starts_with("config: cannot read /nonexistent/weir.toml: "),
+        "{line}"
+    );
+}
+
+#[test]
+fn patterns_and_inline_queue_keys_resolve() {
+    let c = load(
+        r#"
+        [queue_defaults]
+        expiry_address = "EXP"
+        [address_settings."orders.#"]
+        dead_letter_address = ""
+        max_delivery_attempts = 3
+        [address_settings."orders.eu"]
+        max_delivery_attempts = 4
+        group_first_key = "JMSXGroupFirstForConsumer"
+        [[queues]]
+        name = "orders.eu"
+        max_delivery_attempts = 7
+        [[queues]]
+        name = "plain"
+        "#,
+    );
+    let table = c.settings_table();
+    let us = table.resolve("orders.us");
+    assert_eq!(us.dead_letter_address, None, "\"\" clears the default DLQ");
+    assert_eq!(us.expiry_address.as_deref(), Some("EXP"), "absent inherits");
+    assert_eq!(us.max_delivery_attempts, 3);
+    let eu = table.resolve("orders.eu");
+    assert_eq!(eu.max_delivery_attempts, 7, "a queue's own keys win");
+    assert_eq!(
+        eu.group_first_key.as_deref(),
+        Some("JMSXGroupFirstForConsumer")
+    );
+    assert_eq!(
+        table.resolve("other").dead_letter_address.as_deref(),
+        Some("DLQ")
+    );
+    let names: Vec<String> = c.declared_queues().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["orders.eu", "plain"]);
+}
+
+#[test]
+fn broker_switches_are_the_base_of_queue_settings() {
+    let c = load("[broker]\nauto_create_queues = false\n[limits]\ndefault_prefetch = 50");
+    assert!(!c.settings_table().defaults().auto_create);
+    assert_eq!(c.settings_table().defaults().default_prefetch, 50);
+    let c = load("[limits]\ndefault_prefetch = 50\n[queue_defaults]\ndefault_prefetch = 7");
+    assert_eq!(c.settings_table().defaults().default_prefetch, 7);
+    assert_eq!(c.limits().default_prefetch, 50);
+}
+
+#[test]
+fn units_accept_integers_and_text() {
+    let c = load(
+        "[limits]\nmax_frame_size = 65536\nmax_message_size = \"1GiB\"\nheartbeat = 0\n\
+         [queue_defaults]\nredelivery_delay = 500\nmax_message_delay = \"1h30m\"",
+    );
+    assert_eq!(c.limits().max_frame_size, 65_536);
+    assert_eq!(c.limits().max_message_size, 1 << 30);
+    assert_eq!(c.limits().heartbeat, Duration::ZERO);
+    let d = c.settings_table().defaults().clone();
+    assert_eq!(d.redelivery_delay, Duration::from_millis(500));
+    assert_eq!(d.max_message_delay, Duration::from_secs(5_400));
+}
+
+#[test]
+fn fsync_policies() {
+    assert_eq!(
+        load("[store]\nfsync = \"always\"").store().fsync,
+        FsyncPolicy::Always
+    );
+    assert_eq!(
+        load("[store]\nfsync = \"never\"").store().fsync,
+        FsyncPolicy::Never
+    );
+    assert_eq!(
+        load("[store]\nfsync = \"batched\"\nbatch_window = \"500us\"\nmax_batch = 64").store(),
+        &StoreConfig {
+            fsync: FsyncPolicy::Batched {
+                window: Duration::from_micros(500)
+            },
+            max_batch: 64,
+        }
+    );
+}
+
+#[test]
+fn anonymous_access_follows_users() {
+    let with_user = "[[users]]\nname = \"app\"\npassword = \"secret\"";
+    let c = load(with_user);
+    assert!(!c.allow_anonymous());
+    assert_eq!(c.users()[0].name, "app");
+    assert!(!format!("{:?}", c.users()).contains("secret"));
+    let c = load(&format!("{with_user}\n[security]\nallow_anonymous = true"));
+    assert!(c.allow_anonymous());
+    assert!(!load("[security]\nallow_anonymous = false").allow_anonymous());
+}
+
+#[test]
+fn acceptors_can_be_turned_off_in_the_file() {
+    let c = load("[acceptors]\namqp = \"\"\nstomp = \"[::1]:0\"");
+    assert_eq!(c.acceptors().amqp, None);
+    let listeners = c.listeners();
+    assert_eq!(listeners.len(), 1);
+    assert_eq!(listeners[0].protocols, vec![Protocol::Stomp]);
+    assert_eq!(listeners[0].bind, addr("[::1]:0"));
+}
+
+#[test]
+fn cli_style_overrides() {
+    let mut c = Config::embedded_default();
+    c.set_data_dir(PathBuf::from("/var/lib/weir"));
+    c.set_stomp_addr(None);
+    c.set_amqp_addr(Some(addr("0.0.0.0:5673")));
+    assert_eq!(c.data_dir(), Path::new("/var/lib/weir"));
+    let listeners = c.listeners();
+    assert_eq!(listeners.len(), 1);
+    assert_eq!(listeners[0].name, "amqp");
+    assert_eq!(listeners[0].bind, addr("0.0.0.0:5673"));
+}
+
+#[test]
+fn grouping_handler_parses_either_case() {
+    let c = load("[grouping_handler]\nname = \"g\"\ntype = \"remote\"\naddress = \"jms\"");
+    assert_eq!(
+        c.grouping_handler(),
+        Some(&GroupingHandler {
+            name: "g".to_owned(),
+            kind: GroupingHandlerKind::Remote,
+            address: "jms".to_owned(),
+            timeout: Duration::from_secs(5),
+        })
+    );
+}
