@@ -1,1 +1,146 @@
-fn main() {}
+//! The `weir` command: `weir serve` runs the broker.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use weir::config::Config;
+use weir::server::{self, Server};
+
+#[derive(Parser)]
+#[command(
+    name = "weir",
+    version,
+    about = "A message broker for STOMP and AMQP 1.0 clients"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the broker (with the embedded default config unless --config is given).
+    Serve(ServeArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML config file; see config/weir.toml for every setting.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Where messages are stored (overrides broker.data_dir).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// STOMP listen address, e.g. 127.0.0.1:61613; "off" disables it.
+    #[arg(long, value_name = "ADDR")]
+    stomp: Option<String>,
+    /// AMQP 1.0 listen address, e.g. 127.0.0.1:5672; "off" disables it.
+    #[arg(long, value_name = "ADDR")]
+    amqp: Option<String>,
+    /// Log filter: error, warn, info, debug, trace, or a tracing directive.
+    #[arg(long, value_name = "LEVEL", default_value = "info", env = "WEIR_LOG")]
+    log: String,
+    /// Validate the configuration and exit.
+    #[arg(long)]
+    check_config: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn parse_addr(flag: &str, value: &str) -> Result<Option<SocketAddr>, String> {
+    if value == "off" || value.is_empty() {
+        return Ok(None);
+    }
+    value
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("--{flag}: '{value}' is not an address like 127.0.0.1:61613"))
+}
+
+fn load_config(args: &ServeArgs) -> Result<Config, String> {
+    let mut config = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::embedded_default(),
+    };
+    if let Some(dir) = &args.data_dir {
+        config.set_data_dir(dir.clone());
+    }
+    if let Some(stomp) = &args.stomp {
+        config.set_stomp_addr(parse_addr("stomp", stomp)?);
+    }
+    if let Some(amqp) = &args.amqp {
+        config.set_amqp_addr(parse_addr("amqp", amqp)?);
+    }
+    Ok(config)
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+    let config = match load_config(&args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.check_config {
+        println!("config ok");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async move {
+        let broker = match server::open_broker(&config) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let server = match Server::start(&config, broker).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        server.stop().await;
+        ExitCode::SUCCESS
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,1 +1,204 @@
-//! Acceptors, connection limits and graceful shutdown.
+//! Wires config, store, core and protocols together: acceptors, a connection
+//! limit, protocol sniffing on shared ports, and graceful shutdown.
+
+mod sniff;
+
+use crate::config::{self, Config, Listener, Protocol};
+use crate::core::auth::Authenticator;
+use crate::core::{Broker, BrokerOptions, CoreError};
+use crate::protocol::stomp::{self, StompOptions};
+use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, Semaphore};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot create data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open the store in {path}: {source}")]
+    Store { path: String, source: StoreError },
+    #[error("cannot recover the broker: {0}")]
+    Core(#[from] CoreError),
+    #[error("cannot listen on {addr} ({name}): {source}")]
+    Bind {
+        name: String,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A running broker: its listeners' bound addresses and a shutdown switch.
+pub struct Server {
+    pub broker: Broker,
+    pub bound: Vec<(String, SocketAddr)>,
+    shutdown: broadcast::Sender<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+pub fn store_options(config: &Config) -> StoreOptions {
+    let fsync = match config.store().fsync {
+        config::FsyncPolicy::Always => FsyncPolicy::Always,
+        config::FsyncPolicy::Batched { window } => FsyncPolicy::Batched { window },
+        config::FsyncPolicy::Never => FsyncPolicy::Never,
+    };
+    StoreOptions {
+        fsync,
+        max_batch: config.store().max_batch,
+        ..StoreOptions::default()
+    }
+}
+
+/// Opens the store and recovers the broker from it.
+pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
+    let dir = config.data_dir();
+    std::fs::create_dir_all(dir).map_err(|source| ServerError::DataDir {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let store = Store::open(dir, store_options(config)).map_err(|source| ServerError::Store {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let auth = Authenticator::new(
+        config
+            .users()
+            .iter()
+            .map(|u| (u.name.clone(), u.password.clone())),
+        config.allow_anonymous(),
+    );
+    let broker = Broker::open(
+        store,
+        BrokerOptions {
+            settings: config.settings_table(),
+            auth,
+            declared: config.declared_queues(),
+        },
+    )?;
+    Ok(broker)
+}
+
+fn stomp_options(config: &Config) -> StompOptions {
+    let limits = config.limits();
+    StompOptions {
+        limits: stomp::Limits {
+            max_frame_size: limits.max_frame_size,
+            max_headers: limits.max_headers,
+            max_header_length: limits.max_header_length,
+        },
+        heartbeat: limits.heartbeat,
+        ..StompOptions::default()
+    }
+}
+
+impl Server {
+    /// Binds every listener and starts accepting.
+    pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
+        let (shutdown, _) = broadcast::channel(1);
+        let permits = Arc::new(Semaphore::new(config.limits().max_connections));
+        let mut bound = Vec::new();
+        let mut tasks = Vec::new();
+        for listener in config.listeners() {
+            let socket =
+                TcpListener::bind(listener.bind)
+                    .await
+                    .map_err(|source| ServerError::Bind {
+                        name: listener.name.clone(),
+                        addr: listener.bind,
+                        source,
+                    })?;
+            let addr = socket.local_addr().unwrap_or(listener.bind);
+            tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, "listening");
+            bound.push((listener.name.clone(), addr));
+            let acceptor = Acceptor {
+                broker: broker.clone(),
+                listener,
+                stomp: stomp_options(config),
+                permits: permits.clone(),
+                shutdown: shutdown.clone(),
+            };
+            tasks.push(tokio::spawn(acceptor.run(socket)));
+        }
+        Ok(Server {
+            broker,
+            bound,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// Tells every connection to close and stops accepting.
+    pub async fn stop(self) {
+        let _ = self.shutdown.send(());
+        for task in self.tasks {
+            task.abort();
+        }
+        // Give sessions a moment to send their goodbyes.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+struct Acceptor {
+    broker: Broker,
+    listener: Listener,
+    stomp: StompOptions,
+    permits: Arc<Semaphore>,
+    shutdown: broadcast::Sender<()>,
+}
+
+impl Acceptor {
+    async fn run(self, socket: TcpListener) {
+        loop {
+            let (stream, peer) = match socket.accept().await {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, "connection limit reached; refusing");
+                drop(stream);
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let broker = self.broker.clone();
+            let stomp = self.stomp.clone();
+            let protocols = self.listener.protocols.clone();
+            let shutdown = self.shutdown.subscribe();
+            tokio::spawn(async move {
+                serve_connection(stream, peer, broker, &protocols, stomp, shutdown).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    broker: Broker,
+    protocols: &[Protocol],
+    stomp: StompOptions,
+    shutdown: broadcast::Receiver<()>,
+) {
+    let protocol = match protocols {
+        [only] => *only,
+        _ => match sniff::sniff(&stream).await {
+            Some(p) => p,
+            None => return,
+        },
+    };
+    match protocol {
+        Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
+        Protocol::Amqp => {
+            tracing::warn!(%peer, "AMQP connection refused: AMQP 1.0 is not available in this build yet");
+        }
+    }
+}

@@ -334,7 +334,12 @@ impl StompCodec {
         )?)))
     }
 
-    fn build(&mut self, command: Command, bytes: &Bytes, body: Range<usize>) -> Result<Frame, StompError> {
+    fn build(
+        &mut self,
+        command: Command,
+        bytes: &Bytes,
+        body: Range<usize>,
+    ) -> Result<Frame, StompError> {
         let mut headers = Headers::with_capacity(self.spans.len());
         for span in self.spans.drain(..) {
             headers.push(
@@ -467,8 +472,10 @@ fn split_line(input: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Length of the run of complete EOLs at the start of `input`.
 fn eol_run(input: &[u8]) -> usize {
-    let parsed: IResult<&[u8], usize> =
-        many0_count(nom::branch::alt((complete::tag("\n"), complete::tag("\r\n"))))(input);
+    let parsed: IResult<&[u8], usize> = many0_count(nom::branch::alt((
+        complete::tag("\n"),
+        complete::tag("\r\n"),
+    )))(input);
     parsed.map_or(0, |(after, _)| input.len() - after.len())
 }
 
@@ -497,7 +504,11 @@ fn parse_content_length(value: &[u8]) -> Option<usize> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-fn header_text(bytes: &Bytes, range: Range<usize>, escaped: bool) -> Result<HeaderText, StompError> {
+fn header_text(
+    bytes: &Bytes,
+    range: Range<usize>,
+    escaped: bool,
+) -> Result<HeaderText, StompError> {
     if escaped {
         let raw = bytes.get(range).unwrap_or_default();
         Ok(HeaderText::from(escape::unescape(raw)?))

@@ -89,7 +89,11 @@ const FRAME_HEADERS: &[&str] = &[
 pub const GROUP_ID_HEADERS: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
 
 /// Builds the core message for a SEND. `now` is the broker clock in ms.
-pub fn message_from_send(frame: &Frame, dest: &Destination, now: u64) -> Result<Message, ConvertError> {
+pub fn message_from_send(
+    frame: &Frame,
+    dest: &Destination,
+    now: u64,
+) -> Result<Message, ConvertError> {
     let mut message = Message {
         body: frame.body.clone(),
         address: Arc::from(dest.name.as_str()),
@@ -97,7 +101,9 @@ pub fn message_from_send(frame: &Frame, dest: &Destination, now: u64) -> Result<
         priority: Message::DEFAULT_PRIORITY,
         ..Default::default()
     };
-    message.durable = frame.header("persistent").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    message.durable = frame
+        .header("persistent")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
     if let Some(p) = frame.header("priority") {
         message.priority = parse_num::<u8>("priority", p)?.min(9);
     }
@@ -114,7 +120,11 @@ pub fn message_from_send(frame: &Frame, dest: &Destination, now: u64) -> Result<
     message.due_at = due_time(frame, now)?;
     let mut properties = Vec::new();
     for (name, value) in frame.headers.iter() {
-        if FRAME_HEADERS.contains(&name) || properties.iter().any(|(n, _): &(Arc<str>, Value)| &**n == name) {
+        if FRAME_HEADERS.contains(&name)
+            || properties
+                .iter()
+                .any(|(n, _): &(Arc<str>, Value)| &**n == name)
+        {
             continue;
         }
         properties.push((Arc::from(name), Value::String(Arc::from(value))));
@@ -128,20 +138,26 @@ fn text(frame: &Frame, name: &str) -> Option<Arc<str>> {
 }
 
 fn parse_num<T: std::str::FromStr>(header: &'static str, value: &str) -> Result<T, ConvertError> {
-    value.trim().parse::<T>().map_err(|_| ConvertError::InvalidHeader {
-        header,
-        value: value.chars().take(40).collect(),
-        why: "not a non-negative integer",
-    })
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|_| ConvertError::InvalidHeader {
+            header,
+            value: value.chars().take(40).collect(),
+            why: "not a non-negative integer",
+        })
 }
 
 /// JMSXGroupSeq is signed, but JMS clients over AMQP write -1 as 4294967295.
 fn parse_group_seq(value: &str) -> Result<i32, ConvertError> {
-    let n: i64 = value.trim().parse().map_err(|_| ConvertError::InvalidHeader {
-        header: "JMSXGroupSeq",
-        value: value.chars().take(40).collect(),
-        why: "not an integer",
-    })?;
+    let n: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| ConvertError::InvalidHeader {
+            header: "JMSXGroupSeq",
+            value: value.chars().take(40).collect(),
+            why: "not an integer",
+        })?;
     if (i32::MIN as i64..=u32::MAX as i64).contains(&n) {
         Ok(n as u32 as i32)
     } else {
@@ -182,10 +198,16 @@ fn due_time(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
             return Ok(Some(at));
         }
     }
-    let relative = [("AMQ_SCHEDULED_DELAY", 1u64), ("x-delay", 1), ("delay", 1000)];
+    let relative = [
+        ("AMQ_SCHEDULED_DELAY", 1u64),
+        ("x-delay", 1),
+        ("delay", 1000),
+    ];
     for (header, unit) in relative {
         if let Some(v) = frame.header(header) {
-            let ms = delay_value(header, v)?.checked_mul(unit).ok_or_else(|| absurd(header, v))?;
+            let ms = delay_value(header, v)?
+                .checked_mul(unit)
+                .ok_or_else(|| absurd(header, v))?;
             if ms > ABSURD_MS {
                 return Err(absurd(header, v));
             }
@@ -299,8 +321,14 @@ mod tests {
 
     #[test]
     fn destinations() {
-        assert_eq!(parse_destination("/queue/a").unwrap().routing, RoutingType::Anycast);
-        assert_eq!(parse_destination("/topic/a").unwrap().routing, RoutingType::Multicast);
+        assert_eq!(
+            parse_destination("/queue/a").unwrap().routing,
+            RoutingType::Anycast
+        );
+        assert_eq!(
+            parse_destination("/topic/a").unwrap().routing,
+            RoutingType::Multicast
+        );
         assert_eq!(parse_destination("plain").unwrap().name, "plain");
         assert!(parse_destination("/queue/").is_err());
     }
@@ -330,7 +358,9 @@ mod tests {
     #[test]
     fn delay_forms() {
         let dest = parse_destination("q").unwrap();
-        let due = |h: &'static str, v: &'static str| message_from_send(&send(&[(h, v)]), &dest, 1000).map(|m| m.due_at);
+        let due = |h: &'static str, v: &'static str| {
+            message_from_send(&send(&[(h, v)]), &dest, 1000).map(|m| m.due_at)
+        };
         assert_eq!(due("AMQ_SCHEDULED_DELAY", "500"), Ok(Some(1500)));
         assert_eq!(due("x-delay", "500"), Ok(Some(1500)));
         assert_eq!(due("delay", "2"), Ok(Some(3000)));
@@ -342,6 +372,9 @@ mod tests {
         assert!(due("delay", "99999999999999").is_err());
         // Absolute beats relative.
         let both = send(&[("AMQ_SCHEDULED_DELAY", "1"), ("AMQ_SCHEDULED_TIME", "7777")]);
-        assert_eq!(message_from_send(&both, &dest, 1000).unwrap().due_at, Some(7777));
+        assert_eq!(
+            message_from_send(&both, &dest, 1000).unwrap().due_at,
+            Some(7777)
+        );
     }
 }

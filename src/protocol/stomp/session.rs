@@ -86,7 +86,9 @@ enum TxOp {
     Nack(ConsumerId, Vec<u64>),
 }
 
-type PendingReceipt = std::pin::Pin<Box<dyn std::future::Future<Output = (Option<String>, Result<(), CoreError>)> + Send>>;
+type PendingReceipt = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (Option<String>, Result<(), CoreError>)> + Send>,
+>;
 
 struct Session<S> {
     broker: Broker,
@@ -110,8 +112,13 @@ struct Session<S> {
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
 /// stream whose first bytes were peeked by a protocol sniffer).
-pub async fn serve<S>(io: S, peer: SocketAddr, broker: Broker, options: StompOptions, shutdown: broadcast::Receiver<()>)
-where
+pub async fn serve<S>(
+    io: S,
+    peer: SocketAddr,
+    broker: Broker,
+    options: StompOptions,
+    shutdown: broadcast::Receiver<()>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let span = tracing::info_span!("stomp", %peer);
@@ -178,7 +185,10 @@ where
             }
         };
         if !matches!(frame.command, Command::Connect | Command::Stomp) {
-            return Err(SessionError::Protocol(format!("expected CONNECT, got {}", frame.command)));
+            return Err(SessionError::Protocol(format!(
+                "expected CONNECT, got {}",
+                frame.command
+            )));
         }
         let version = Version::negotiate(frame.header("accept-version")).ok_or_else(|| {
             SessionError::Protocol("no common version: this server speaks 1.0, 1.1 and 1.2".into())
@@ -190,7 +200,10 @@ where
             .auth()
             .authenticate(login, passcode)
             .map_err(|e| SessionError::Auth(e.to_string()))?;
-        if version != Version::V1_0 && frame.command == Command::Connect && frame.header("host").is_none() {
+        if version != Version::V1_0
+            && frame.command == Command::Connect
+            && frame.header("host").is_none()
+        {
             // 1.1+ requires host; tolerate its absence as most brokers do.
             tracing::debug!("CONNECT without host header");
         }
@@ -217,7 +230,10 @@ where
         Ok(true)
     }
 
-    async fn main_loop(&mut self, shutdown: &mut broadcast::Receiver<()>) -> Result<(), (SessionError, Option<String>)> {
+    async fn main_loop(
+        &mut self,
+        shutdown: &mut broadcast::Receiver<()>,
+    ) -> Result<(), (SessionError, Option<String>)> {
         let tick = self
             .send_every
             .into_iter()
@@ -284,7 +300,8 @@ where
 
     /// Writes a batch of deliveries with one flush (one syscall for many frames).
     async fn write_deliveries(&mut self, first: Delivery) -> Result<(), SessionError> {
-        let mut auto_acks: HashMap<ConsumerId, (Arc<crate::core::queue::Queue>, Vec<u64>)> = HashMap::new();
+        let mut auto_acks: HashMap<ConsumerId, (Arc<crate::core::queue::Queue>, Vec<u64>)> =
+            HashMap::new();
         let mut next = Some(first);
         let mut written = 0;
         while let Some(delivery) = next.take() {
@@ -326,7 +343,8 @@ where
             sub.outstanding.insert(self.delivery_counter, delivery.seq);
             sub.order_of.insert(delivery.seq, self.delivery_counter);
         }
-        let ack = (self.version == Version::V1_2 && sub.ack != AckMode::Auto).then_some(ack_id.as_str());
+        let ack =
+            (self.version == Version::V1_2 && sub.ack != AckMode::Auto).then_some(ack_id.as_str());
         let frame = convert::message_frame(
             &delivery.message,
             DeliveryInfo {
@@ -335,7 +353,10 @@ where
                 ack,
                 destination: sub.destination.clone(),
                 redelivered: delivery.redelivered(),
-                group_first_key: sub.group_first_key.as_deref().filter(|_| delivery.group_first),
+                group_first_key: sub
+                    .group_first_key
+                    .as_deref()
+                    .filter(|_| delivery.group_first),
             },
         );
         Some(frame)
@@ -357,7 +378,9 @@ where
             Command::Begin => {
                 let tx = required(&frame, "transaction")?;
                 if self.transactions.contains_key(tx) {
-                    return Err(SessionError::Protocol(format!("transaction '{tx}' already started")));
+                    return Err(SessionError::Protocol(format!(
+                        "transaction '{tx}' already started"
+                    )));
                 }
                 self.transactions.insert(tx.to_owned(), Vec::new());
                 self.receipt_now(receipt);
@@ -412,14 +435,21 @@ where
         Ok(())
     }
 
-    fn in_transaction(&mut self, tx: &str, op: TxOp, receipt: Option<String>) -> Result<(), SessionError> {
+    fn in_transaction(
+        &mut self,
+        tx: &str,
+        op: TxOp,
+        receipt: Option<String>,
+    ) -> Result<(), SessionError> {
         let limit = self.options.max_transaction_ops;
         let ops = self
             .transactions
             .get_mut(tx)
             .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
         if ops.len() >= limit {
-            return Err(SessionError::Protocol(format!("transaction '{tx}' exceeds {limit} operations")));
+            return Err(SessionError::Protocol(format!(
+                "transaction '{tx}' exceeds {limit} operations"
+            )));
         }
         ops.push(op);
         self.receipt_now(receipt);
@@ -431,7 +461,9 @@ where
         let mut completions = Vec::new();
         for op in ops {
             match op {
-                TxOp::Send(message, routing) => completions.push(self.broker.publish(message, routing)?),
+                TxOp::Send(message, routing) => {
+                    completions.push(self.broker.publish(message, routing)?)
+                }
                 TxOp::Ack(consumer, seqs) => {
                     if let Some(sub) = self.sub_by_consumer(consumer) {
                         completions.push(sub.subscription.queue().ack(consumer, &seqs)?);
@@ -440,7 +472,9 @@ where
                 TxOp::Nack(consumer, seqs) => {
                     if let Some(sub) = self.sub_by_consumer(consumer) {
                         for seq in seqs {
-                            sub.subscription.queue().release(consumer, seq, Release::Failed)?;
+                            sub.subscription
+                                .queue()
+                                .release(consumer, seq, Release::Failed)?;
                         }
                     }
                 }
@@ -450,7 +484,9 @@ where
     }
 
     fn sub_by_consumer(&self, consumer: ConsumerId) -> Option<&Sub> {
-        self.sub_of_consumer.get(&consumer).and_then(|id| self.subs.get(id))
+        self.sub_of_consumer
+            .get(&consumer)
+            .and_then(|id| self.subs.get(id))
     }
 
     fn on_subscribe(&mut self, frame: &Frame) -> Result<(), SessionError> {
@@ -460,16 +496,26 @@ where
         let id = match frame.header("id") {
             Some(id) => id.to_owned(),
             None if self.version == Version::V1_0 => dest_text.to_owned(),
-            None => return Err(SessionError::Protocol("missing required header 'id'".into())),
+            None => {
+                return Err(SessionError::Protocol(
+                    "missing required header 'id'".into(),
+                ))
+            }
         };
         if self.subs.contains_key(&id) {
-            return Err(SessionError::Protocol(format!("subscription '{id}' already exists")));
+            return Err(SessionError::Protocol(format!(
+                "subscription '{id}' already exists"
+            )));
         }
         let ack = match frame.header("ack").unwrap_or("auto") {
             "auto" => AckMode::Auto,
             "client" => AckMode::Client,
             "client-individual" => AckMode::ClientIndividual,
-            other => return Err(SessionError::Protocol(format!("unknown ack mode '{other}'"))),
+            other => {
+                return Err(SessionError::Protocol(format!(
+                    "unknown ack mode '{other}'"
+                )))
+            }
         };
         let settings = self.broker.settings_for(&dest.name);
         let prefetch = match frame
@@ -477,12 +523,22 @@ where
             .or_else(|| frame.header("activemq.prefetchSize"))
             .or_else(|| frame.header("prefetch-count"))
         {
-            Some(v) => v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| {
-                SessionError::Protocol(format!("invalid prefetch '{v}': use a positive integer"))
-            })?,
+            Some(v) => v
+                .trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    SessionError::Protocol(format!(
+                        "invalid prefetch '{v}': use a positive integer"
+                    ))
+                })?,
             None => settings.default_prefetch,
         };
-        let priority = match frame.header("consumer-priority").or_else(|| frame.header("priority")) {
+        let priority = match frame
+            .header("consumer-priority")
+            .or_else(|| frame.header("priority"))
+        {
             Some(v) => v
                 .trim()
                 .parse::<i32>()
@@ -495,10 +551,14 @@ where
             filter: None,
             browse: frame.header("browser").is_some_and(|v| v == "true"),
         };
-        let subscription = self
-            .broker
-            .subscribe(&dest.name, dest.routing, options, self.deliveries_tx.clone())?;
-        self.sub_of_consumer.insert(subscription.consumer(), id.clone());
+        let subscription = self.broker.subscribe(
+            &dest.name,
+            dest.routing,
+            options,
+            self.deliveries_tx.clone(),
+        )?;
+        self.sub_of_consumer
+            .insert(subscription.consumer(), id.clone());
         self.subs.insert(
             id.clone(),
             Sub {
@@ -518,7 +578,11 @@ where
         let id = match frame.header("id") {
             Some(id) => id.to_owned(),
             None if self.version == Version::V1_0 => required(frame, "destination")?.to_owned(),
-            None => return Err(SessionError::Protocol("missing required header 'id'".into())),
+            None => {
+                return Err(SessionError::Protocol(
+                    "missing required header 'id'".into(),
+                ))
+            }
         };
         let sub = self
             .subs
@@ -545,11 +609,11 @@ where
             .subs
             .get_mut(&sub_id)
             .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
-        let order = sub
-            .order_of
-            .get(&seq)
-            .copied()
-            .ok_or_else(|| SessionError::Protocol(format!("message '{ack_id}' is not awaiting acknowledgement")))?;
+        let order = sub.order_of.get(&seq).copied().ok_or_else(|| {
+            SessionError::Protocol(format!(
+                "message '{ack_id}' is not awaiting acknowledgement"
+            ))
+        })?;
         // Client mode acknowledges everything delivered up to this message.
         let orders: Vec<u64> = match sub.ack {
             AckMode::Client => sub.outstanding.range(..=order).map(|(o, _)| *o).collect(),
@@ -564,7 +628,11 @@ where
             .collect();
         let queue = sub.subscription.queue().clone();
         if let Some(tx) = frame.header("transaction") {
-            let op = if nack { TxOp::Nack(consumer, seqs) } else { TxOp::Ack(consumer, seqs) };
+            let op = if nack {
+                TxOp::Nack(consumer, seqs)
+            } else {
+                TxOp::Ack(consumer, seqs)
+            };
             return self.in_transaction(tx, op, receipt);
         }
         if nack {
@@ -611,14 +679,23 @@ where
             return;
         }
         tracing::info!(%error, "closing connection with ERROR");
-        let mut frame = Frame::new(Command::Error).with_header("message", one_line(&error.to_string()));
+        let mut frame =
+            Frame::new(Command::Error).with_header("message", one_line(&error.to_string()));
         if let Some(r) = receipt {
             frame.add_header("receipt-id", HeaderText::copy_from(r));
         }
         frame.add_header("content-type", "text/plain");
         frame.body = bytes::Bytes::from(error.to_string());
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.framed.send(Outbound::Frame(frame))).await;
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.framed.get_mut().shutdown_write()).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.framed.send(Outbound::Frame(frame)),
+        )
+        .await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(1),
+            self.framed.get_mut().shutdown_write(),
+        )
+        .await;
     }
 }
 
@@ -658,8 +735,13 @@ fn parse_ack_id(id: &str) -> Option<(ConsumerId, u64)> {
 
 /// `heart-beat: cx,cy` — what the client can send and what it wants, in ms.
 fn parse_heartbeat(value: Option<&str>) -> Result<(u64, u64), SessionError> {
-    let Some(value) = value else { return Ok((0, 0)) };
+    let Some(value) = value else {
+        return Ok((0, 0));
+    };
     let bad = || SessionError::Protocol(format!("invalid heart-beat header '{value}'"));
     let (a, b) = value.split_once(',').ok_or_else(bad)?;
-    Ok((a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?))
+    Ok((
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    ))
 }
