@@ -53,6 +53,7 @@ struct Inner {
     auth: Authenticator,
     store: Store,
     queues: DashMap<Arc<str>, Arc<Queue>>,
+    queues_by_id: DashMap<u32, Arc<Queue>>,
     topics: DashMap<Arc<str>, Arc<Topic>>,
     /// Queue settings set explicitly in the config, by queue name.
     declared: HashMap<String, QueueSettings>,
@@ -77,6 +78,7 @@ impl Broker {
             auth: options.auth,
             store,
             queues: DashMap::new(),
+            queues_by_id: DashMap::new(),
             topics: DashMap::new(),
             declared: options.declared.iter().cloned().collect(),
             next_queue_id: AtomicU32::new(1),
@@ -111,11 +113,7 @@ impl Broker {
 
     /// A queue by its store id (the delay schedule names queues by id).
     pub fn queue_by_id(&self, id: u32) -> Option<Arc<Queue>> {
-        self.inner
-            .queues
-            .iter()
-            .find(|q| q.id() == id)
-            .map(|q| q.clone())
+        self.inner.queues_by_id.get(&id).map(|q| q.clone())
     }
 
     pub fn queue_names(&self) -> Vec<Arc<str>> {
@@ -154,7 +152,9 @@ impl Broker {
                     name: name.to_owned(),
                     record: record.freeze(),
                 });
-                Ok::<_, CoreError>(self.new_queue(Arc::from(name), id, settings))
+                let queue = self.new_queue(Arc::from(name), id, settings);
+                self.inner.queues_by_id.insert(id, queue.clone());
+                Ok::<_, CoreError>(queue)
             })?
             .clone();
         Ok(queue)
@@ -291,6 +291,7 @@ impl Broker {
                 let queue_id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
                 let name: Arc<str> = Arc::from(format!("{address}::sub-{id}"));
                 let queue = self.new_queue(name, queue_id, self.settings_for(address));
+                self.inner.queues_by_id.insert(queue_id, queue.clone());
                 let topic = self
                     .inner
                     .topics
@@ -323,6 +324,7 @@ impl Broker {
             let name: Arc<str> = Arc::from(recovered.name.as_str());
             let queue = self.new_queue(name.clone(), id, self.settings_for(&name));
             self.inner.queues.insert(name, queue.clone());
+            self.inner.queues_by_id.insert(id, queue.clone());
             by_id.insert(id, queue);
         }
         self.inner
@@ -363,9 +365,7 @@ impl Broker {
                 l.backlog += 1;
             }
         })?;
-        for key in stale {
-            store.submit_detached(Op::DeleteMessage { key });
-        }
+        store.delete_messages_now(&stale)?;
         let mut total = 0;
         for (id, l) in loading {
             if let Some(queue) = by_id.get(&id) {
@@ -481,6 +481,7 @@ impl Drop for Subscription {
                     .retain(|q| !Arc::ptr_eq(q, &self.queue));
             }
             self.queue.purge();
+            self.broker.inner.queues_by_id.remove(&self.queue.id());
         }
     }
 }

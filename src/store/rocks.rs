@@ -194,6 +194,18 @@ impl Store {
         Ok(out)
     }
 
+    /// Deletes messages right away, bypassing the writer; only for recovery,
+    /// before anything else writes, so later reads cannot see them.
+    pub fn delete_messages_now(&self, keys: &[MessageKey]) -> Result<(), StoreError> {
+        let cf = self.cf(CF_MESSAGES)?;
+        let mut batch = rocksdb::WriteBatch::default();
+        for key in keys {
+            batch.delete_cf(cf, key.encode());
+        }
+        self.inner.db.write(batch)?;
+        Ok(())
+    }
+
     /// Visits every stored message in key order (recovery at start).
     pub fn for_each_message(
         &self,

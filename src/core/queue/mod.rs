@@ -173,6 +173,19 @@ impl Queue {
         message: Arc<Message>,
         delivery_count: u32,
     ) -> Completion {
+        self.publish_moving(message, delivery_count, None)
+    }
+
+    /// Accepts a message and applies `also` in the same atomic store write: the
+    /// delay schedule moves a due message with it (its schedule record deleted in
+    /// the write that stores it in the queue), so a crash can neither lose nor
+    /// duplicate it.
+    pub fn publish_moving(
+        self: &Arc<Self>,
+        message: Arc<Message>,
+        delivery_count: u32,
+        also: Option<Op>,
+    ) -> Completion {
         let durable = message.durable || self.settings.durable;
         // Encode outside the lock; the record does not depend on the sequence.
         let record = durable.then(|| persist::encode(&message, delivery_count));
@@ -190,24 +203,23 @@ impl Queue {
                     st.backlog.next_seq = seq;
                 }
                 st.backlog.count += 1;
-                self.store.submit(Op::PutMessage {
+                let put = Op::PutMessage {
                     key: MessageKey {
                         queue: self.id,
                         seq,
                     },
                     record,
-                })
-            } else {
-                let completion = match record {
-                    Some(record) => self.store.submit(Op::PutMessage {
-                        key: MessageKey {
-                            queue: self.id,
-                            seq,
-                        },
-                        record,
-                    }),
-                    None => Completion::ready(),
                 };
+                self.write(Some(put), also)
+            } else {
+                let put = record.map(|record| Op::PutMessage {
+                    key: MessageKey {
+                        queue: self.id,
+                        seq,
+                    },
+                    record,
+                });
+                let completion = self.write(put, also);
                 let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
                 st.ready.push(
                     Entry {
@@ -225,6 +237,14 @@ impl Queue {
         };
         self.finish(after);
         completion
+    }
+
+    fn write(&self, first: Option<Op>, second: Option<Op>) -> Completion {
+        match (first, second) {
+            (Some(a), Some(b)) => self.store.submit_all(vec![a, b]),
+            (Some(op), None) | (None, Some(op)) => self.store.submit(op),
+            (None, None) => Completion::ready(),
+        }
     }
 
     /// Loads messages found on disk at start: the first ones into memory, the
