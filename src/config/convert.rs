@@ -133,9 +133,10 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
         &key.field("max_frame_size"),
     )?;
     let header_key = key.field("max_header_length");
+    // The default follows a small max_frame_size down rather than clash with it.
     let max_header_length = ranged_size(
         raw.max_header_length.as_ref(),
-        10 * 1024,
+        (10 * 1024).min(max_frame_size),
         64,
         MIB,
         &header_key,

@@ -100,6 +100,9 @@ struct Session<S> {
     sub_of_consumer: HashMap<ConsumerId, String>,
     transactions: HashMap<String, Vec<TxOp>>,
     receipts: FuturesOrdered<PendingReceipt>,
+    /// Receipts that need no wait, written right after the frame that asked,
+    /// so e.g. a SUBSCRIBE's receipt precedes the messages it brings.
+    ready_receipts: Vec<String>,
     delivery_counter: u64,
     version: Version,
     /// Send a heart-beat when nothing was written for this long.
@@ -142,6 +145,7 @@ where
         sub_of_consumer: HashMap::new(),
         transactions: HashMap::new(),
         receipts: FuturesOrdered::new(),
+        ready_receipts: Vec::new(),
         delivery_counter: 0,
         version: Version::V1_0,
         send_every: None,
@@ -256,7 +260,11 @@ where
                         Some(Ok(Inbound::Frame(frame))) => {
                             let receipt = frame.header("receipt").map(str::to_owned);
                             match self.handle(frame).await {
-                                Ok(Flow::Continue) => {}
+                                Ok(Flow::Continue) => {
+                                    for id in std::mem::take(&mut self.ready_receipts) {
+                                        self.write(receipt_frame(&id)).await.map_err(|e| (e, None))?;
+                                    }
+                                }
                                 Ok(Flow::Disconnect) => return Ok(()),
                                 Err(e) => return Err((e, receipt)),
                             }
@@ -651,8 +659,10 @@ where
     }
 
     fn receipt_now(&mut self, receipt: Option<String>) {
-        if receipt.is_some() {
-            self.receipt_after(receipt, Completion::ready());
+        match receipt {
+            Some(id) if self.receipts.is_empty() => self.ready_receipts.push(id),
+            Some(id) => self.receipt_after(Some(id), Completion::ready()),
+            None => {}
         }
     }
 

@@ -1,0 +1,271 @@
+//! Whole-broker test support: run the real binary on free ports and talk raw
+//! STOMP to it over TCP, so tests exercise exactly what a client sees.
+
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct BrokerProcess {
+    child: Child,
+    pub stomp: SocketAddr,
+    pub data_dir: PathBuf,
+    config: Option<PathBuf>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl BrokerProcess {
+    pub fn start(data_dir: &Path, config: Option<&str>) -> Self {
+        let config_path = config.map(|text| {
+            let path = data_dir.with_extension("toml");
+            std::fs::write(&path, text).expect("write config");
+            path
+        });
+        Self::spawn(data_dir.to_path_buf(), config_path, free_port())
+    }
+
+    fn spawn(data_dir: PathBuf, config: Option<PathBuf>, port: u16) -> Self {
+        let stomp: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .arg("--stomp")
+            .arg(stomp.to_string())
+            .arg("--amqp")
+            .arg("off")
+            .arg("--log")
+            .arg("warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if let Some(c) = &config {
+            cmd.arg("--config").arg(c);
+        }
+        let child = cmd.spawn().expect("spawn weir");
+        let broker = Self {
+            child,
+            stomp,
+            data_dir,
+            config,
+        };
+        broker.wait_ready();
+        broker
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if TcpStream::connect(self.stomp).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("broker did not start listening on {}", self.stomp);
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(mut self) -> (PathBuf, Option<PathBuf>, u16) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.stomp.port();
+        (self.data_dir.clone(), self.config.clone(), port)
+    }
+
+    pub fn restart_after_kill(self) -> Self {
+        let (dir, config, port) = self.kill9();
+        Self::spawn(dir, config, port)
+    }
+
+    pub fn client(&self) -> Stomp {
+        Stomp::connect(self.stomp, &[])
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub command: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Frame {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A deliberately simple STOMP 1.2 client: blocking socket, one frame at a time.
+pub struct Stomp {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    pub connected: Frame,
+}
+
+impl Stomp {
+    pub fn connect(addr: SocketAddr, headers: &[(&str, &str)]) -> Self {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut s = Self {
+            stream,
+            buf: Vec::new(),
+            connected: Frame {
+                command: String::new(),
+                headers: vec![],
+                body: vec![],
+            },
+        };
+        let mut all = vec![("accept-version", "1.2"), ("host", "localhost")];
+        all.extend_from_slice(headers);
+        s.send_frame("CONNECT", &all, b"");
+        s.connected = s.recv().expect("CONNECTED");
+        s
+    }
+
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    pub fn send_frame(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
+        let mut out = Vec::with_capacity(64 + body.len());
+        out.extend_from_slice(command.as_bytes());
+        out.push(b'\n');
+        for (k, v) in headers {
+            out.extend_from_slice(format!("{k}:{v}\n").as_bytes());
+        }
+        if !body.is_empty() {
+            out.extend_from_slice(format!("content-length:{}\n", body.len()).as_bytes());
+        }
+        out.push(b'\n');
+        out.extend_from_slice(body);
+        out.push(0);
+        self.raw(&out);
+    }
+
+    pub fn send(&mut self, dest: &str, body: &str, headers: &[(&str, &str)]) {
+        let mut all = vec![("destination", dest)];
+        all.extend_from_slice(headers);
+        self.send_frame("SEND", &all, body.as_bytes());
+    }
+
+    /// Sends with a receipt and waits for it.
+    pub fn send_receipted(
+        &mut self,
+        dest: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+        receipt: &str,
+    ) {
+        let mut all = vec![("receipt", receipt)];
+        all.extend_from_slice(headers);
+        self.send(dest, body, &all);
+        let f = self.recv().expect("RECEIPT");
+        assert_eq!(f.command, "RECEIPT", "{f:?}");
+        assert_eq!(f.header("receipt-id"), Some(receipt));
+    }
+
+    pub fn subscribe(&mut self, id: &str, dest: &str, ack: &str) {
+        self.send_frame(
+            "SUBSCRIBE",
+            &[
+                ("id", id),
+                ("destination", dest),
+                ("ack", ack),
+                ("receipt", "sub"),
+            ],
+            b"",
+        );
+        let f = self.recv().expect("RECEIPT for SUBSCRIBE");
+        assert_eq!(f.command, "RECEIPT", "{f:?}");
+    }
+
+    pub fn ack(&mut self, frame: &Frame) {
+        let id = frame.header("ack").expect("ack header").to_owned();
+        self.send_frame("ACK", &[("id", &id)], b"");
+    }
+
+    pub fn ack_receipted(&mut self, frame: &Frame, receipt: &str) {
+        let id = frame.header("ack").expect("ack header").to_owned();
+        self.send_frame("ACK", &[("id", &id), ("receipt", receipt)], b"");
+    }
+
+    /// The next frame, skipping heart-beats; `None` on timeout or close.
+    pub fn recv(&mut self) -> Option<Frame> {
+        loop {
+            while self.buf.first().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+                self.buf.remove(0);
+            }
+            if let Some(frame) = self.parse() {
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Frame> {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        let f = self.recv();
+        self.stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        f
+    }
+
+    fn parse(&mut self) -> Option<Frame> {
+        let head_end = self.buf.windows(2).position(|w| w == b"\n\n")?;
+        let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+        let mut lines = head.lines();
+        let command = lines.next()?.to_owned();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(':').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        let body_start = head_end + 2;
+        let len = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok());
+        let body_end = match len {
+            Some(n) => {
+                if self.buf.len() < body_start + n + 1 {
+                    return None;
+                }
+                body_start + n
+            }
+            None => body_start + self.buf[body_start..].iter().position(|b| *b == 0)?,
+        };
+        let body = self.buf[body_start..body_end].to_vec();
+        self.buf.drain(..=body_end);
+        Some(Frame {
+            command,
+            headers,
+            body,
+        })
+    }
+}

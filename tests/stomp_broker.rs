@@ -1,0 +1,191 @@
+//! The broker as a client sees it: real binary, real sockets, real RocksDB.
+
+mod common;
+
+use common::{BrokerProcess, Stomp};
+use std::collections::HashSet;
+use std::time::Duration;
+
+#[test]
+fn receipted_persistent_messages_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let n = 500;
+    {
+        let mut c = broker.client();
+        for i in 0..n {
+            let receipt = format!("r{i}");
+            c.send_receipted(
+                "/queue/durable",
+                &format!("m{i}"),
+                &[("persistent", "true")],
+                &receipt,
+            );
+        }
+        // A few acknowledged ones must not come back.
+        c.send_frame(
+            "SUBSCRIBE",
+            &[
+                ("id", "s"),
+                ("destination", "/queue/durable"),
+                ("ack", "client-individual"),
+                ("prefetch", "10"),
+            ],
+            b"",
+        );
+        let first: Vec<_> = (0..10).map(|_| c.recv().expect("message")).collect();
+        for f in &first {
+            c.ack_receipted(f, &format!("ack-{}", f.body_text()));
+        }
+        let mut receipts = 0;
+        while receipts < 10 {
+            let f = c.recv().expect("ack receipt");
+            if f.command == "RECEIPT" {
+                receipts += 1;
+            }
+        }
+    }
+    let broker = broker.restart_after_kill();
+    let mut c = broker.client();
+    c.subscribe("s", "/queue/durable", "client-individual");
+    let mut seen = Vec::new();
+    while let Some(f) = c.recv_timeout(Duration::from_secs(2)) {
+        assert_eq!(f.command, "MESSAGE");
+        seen.push(f.body_text());
+        c.ack(&f);
+    }
+    let expected: Vec<String> = (10..n).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        seen, expected,
+        "every receipted, unacked message exactly once, in order"
+    );
+}
+
+#[test]
+fn non_persistent_messages_are_gone_after_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    {
+        let mut c = broker.client();
+        c.send_receipted("/queue/np", "volatile", &[], "r1");
+        c.send_receipted("/queue/np", "kept", &[("persistent", "true")], "r2");
+    }
+    let broker = broker.restart_after_kill();
+    let mut c = broker.client();
+    c.subscribe("s", "/queue/np", "auto");
+    let f = c
+        .recv_timeout(Duration::from_secs(2))
+        .expect("durable message");
+    assert_eq!(f.body_text(), "kept");
+    assert!(c.recv_timeout(Duration::from_millis(300)).is_none());
+}
+
+#[test]
+fn malformed_input_gets_error_and_others_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[limits]\nmax_frame_size = 4096\n";
+    let broker = BrokerProcess::start(&dir.path().join("data"), Some(config));
+    let mut good = broker.client();
+    good.subscribe("s", "/queue/ok", "auto");
+
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("unknown command", b"FROB\n\n\0".to_vec()),
+        ("header without colon", b"SEND\ndestination\n\nx\0".to_vec()),
+        ("missing destination", b"SEND\nreceipt:77\n\nx\0".to_vec()),
+        ("oversized frame", {
+            let mut f = b"SEND\ndestination:/queue/ok\n\n".to_vec();
+            f.extend(std::iter::repeat_n(b'x', 10_000));
+            f.push(0);
+            f
+        }),
+        ("ack of unknown id", b"ACK\nid:999.999\n\n\0".to_vec()),
+        (
+            "bad escape",
+            b"SEND\ndestination:/queue/ok\nx:a\\tb\n\n\0".to_vec(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut bad = broker.client();
+        bad.raw(&bytes);
+        let f = bad
+            .recv()
+            .unwrap_or_else(|| panic!("{what}: expected ERROR"));
+        assert_eq!(f.command, "ERROR", "{what}: {f:?}");
+        assert!(f.header("message").is_some_and(|m| !m.is_empty()), "{what}");
+        if what == "missing destination" {
+            assert_eq!(f.header("receipt-id"), Some("77"));
+        }
+        assert!(
+            bad.recv_timeout(Duration::from_secs(2)).is_none(),
+            "{what}: connection closed"
+        );
+        // The well-behaved client is unaffected.
+        good.send("/queue/ok", what, &[]);
+        let m = good.recv().expect("good client still served");
+        assert_eq!(m.body_text(), what);
+    }
+}
+
+#[test]
+fn wrong_credentials_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[[users]]\nname = \"admin\"\npassword = \"secret\"\n";
+    let broker = BrokerProcess::start(&dir.path().join("data"), Some(config));
+    let ok = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "secret")]);
+    assert_eq!(ok.connected.command, "CONNECTED");
+    let bad = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "nope")]);
+    assert_eq!(bad.connected.command, "ERROR");
+    let anon = Stomp::connect(broker.stomp, &[]);
+    assert_eq!(anon.connected.command, "ERROR");
+}
+
+#[test]
+fn transactions_commit_and_abort() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let mut c = broker.client();
+    c.send_frame("BEGIN", &[("transaction", "t1")], b"");
+    c.send("/queue/tx", "aborted", &[("transaction", "t1")]);
+    c.send_frame("ABORT", &[("transaction", "t1"), ("receipt", "a")], b"");
+    assert_eq!(c.recv().unwrap().command, "RECEIPT");
+    c.send_frame("BEGIN", &[("transaction", "t2")], b"");
+    c.send("/queue/tx", "committed", &[("transaction", "t2")]);
+    c.subscribe("s", "/queue/tx", "auto");
+    assert!(
+        c.recv_timeout(Duration::from_millis(300)).is_none(),
+        "nothing before COMMIT"
+    );
+    c.send_frame("COMMIT", &[("transaction", "t2")], b"");
+    let f = c.recv().unwrap();
+    assert_eq!(f.body_text(), "committed");
+}
+
+#[test]
+fn queue_shares_and_topic_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let mut a = broker.client();
+    let mut b = broker.client();
+    a.subscribe("q", "/queue/work", "auto");
+    b.subscribe("q", "/queue/work", "auto");
+    a.subscribe("t", "/topic/news", "auto");
+    b.subscribe("t", "/topic/news", "auto");
+    let mut p = broker.client();
+    for i in 0..10 {
+        p.send("/queue/work", &format!("w{i}"), &[]);
+    }
+    p.send_receipted("/topic/news", "hello", &[], "r");
+    let mut work = HashSet::new();
+    let mut news = 0;
+    for client in [&mut a, &mut b] {
+        while let Some(f) = client.recv_timeout(Duration::from_millis(500)) {
+            if f.header("destination") == Some("/topic/news") {
+                news += 1;
+            } else {
+                assert!(work.insert(f.body_text()), "duplicate {}", f.body_text());
+            }
+        }
+    }
+    assert_eq!(work.len(), 10, "each queue message exactly once");
+    assert_eq!(news, 2, "each topic subscriber gets a copy");
+}
