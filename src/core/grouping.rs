@@ -82,6 +82,14 @@ impl GroupTable {
         lanes
     }
 
+    /// Every binding, for a rebalance.
+    pub fn bindings(&self) -> Vec<(Arc<str>, ConsumerId)> {
+        self.owner
+            .iter()
+            .map(|(lane, owner)| (lane.clone(), *owner))
+            .collect()
+    }
+
     pub fn group_count(&self, consumer: ConsumerId) -> usize {
         self.groups_per_consumer
             .get(&consumer)

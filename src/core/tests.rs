@@ -329,3 +329,145 @@ async fn expired_messages_are_never_delivered() {
     let got = drain(&mut rx);
     assert_eq!(got.iter().map(body).collect::<Vec<_>>(), vec!["new"]);
 }
+
+fn window(n: u32) -> ConsumerOptions {
+    ConsumerOptions {
+        credit: CreditMode::Window(n),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn rebalance_with_pause_never_splits_a_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        group_rebalance: true,
+        group_rebalance_pause_dispatch: true,
+        ..Default::default()
+    };
+    let broker = open(dir.path(), settings);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe("r", RoutingType::Anycast, window(100), tx.clone())
+        .unwrap();
+    for i in 0..4 {
+        broker
+            .publish(
+                msg("r", &format!("a{i}"), Some(&format!("G{i}"))),
+                RoutingType::Anycast,
+            )
+            .unwrap();
+    }
+    let held = drain(&mut rx);
+    assert_eq!(held.len(), 4);
+    // B joins: groups are rebalanced, but each waits until A settles its message.
+    let b = broker
+        .subscribe("r", RoutingType::Anycast, window(100), tx.clone())
+        .unwrap();
+    for i in 0..4 {
+        broker
+            .publish(
+                msg("r", &format!("b{i}"), Some(&format!("G{i}"))),
+                RoutingType::Anycast,
+            )
+            .unwrap();
+    }
+    assert!(
+        drain(&mut rx).is_empty(),
+        "moved groups paused while A holds their messages"
+    );
+    for d in &held {
+        d.queue.ack(d.consumer, &[d.seq]).unwrap();
+    }
+    let after = drain(&mut rx);
+    assert_eq!(after.len(), 4);
+    let consumers: std::collections::HashSet<_> = after.iter().map(|d| d.consumer).collect();
+    assert_eq!(
+        consumers.len(),
+        2,
+        "groups spread over A and B after the rebalance"
+    );
+    drop((a, b));
+}
+
+#[tokio::test]
+async fn group_sequence_minus_one_releases_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe("c", RoutingType::Anycast, window(10), tx.clone())
+        .unwrap();
+    let mut last = msg("c", "close", Some("G"));
+    last.group_seq = Some(-1);
+    broker.publish(last, RoutingType::Anycast).unwrap();
+    let first = drain(&mut rx);
+    assert_eq!(first[0].consumer, a.consumer());
+    // A is now full; B joins and the next message of G may go to B.
+    let _b = broker
+        .subscribe("c", RoutingType::Anycast, window(10), tx.clone())
+        .unwrap();
+    a.queue().set_credit(a.consumer(), 0);
+    broker
+        .publish(msg("c", "again", Some("G")), RoutingType::Anycast)
+        .unwrap();
+    let next = drain(&mut rx);
+    assert_eq!(next.len(), 1);
+    assert_ne!(
+        next[0].consumer,
+        a.consumer(),
+        "closed group bound elsewhere"
+    );
+    assert!(next[0].group_first);
+}
+
+#[tokio::test]
+async fn exclusive_queue_feeds_one_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        exclusive: true,
+        ..Default::default()
+    };
+    let broker = open(dir.path(), settings);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe("x", RoutingType::Anycast, window(100), tx.clone())
+        .unwrap();
+    let b = broker
+        .subscribe("x", RoutingType::Anycast, window(100), tx.clone())
+        .unwrap();
+    for i in 0..5 {
+        broker
+            .publish(msg("x", &i.to_string(), None), RoutingType::Anycast)
+            .unwrap();
+    }
+    assert!(drain(&mut rx).iter().all(|d| d.consumer == a.consumer()));
+    drop(a);
+    let moved = drain(&mut rx);
+    assert_eq!(moved.len(), 5);
+    assert!(moved.iter().all(|d| d.consumer == b.consumer()));
+}
+
+#[tokio::test]
+async fn consumers_before_dispatch_holds_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        consumers_before_dispatch: 2,
+        delay_before_dispatch: std::time::Duration::from_millis(200),
+        ..Default::default()
+    };
+    let broker = open(dir.path(), settings);
+    broker
+        .publish(msg("w", "1", None), RoutingType::Anycast)
+        .unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _a = broker
+        .subscribe("w", RoutingType::Anycast, window(10), tx.clone())
+        .unwrap();
+    assert!(drain(&mut rx).is_empty(), "held: one consumer of two");
+    let d = tokio::time::timeout(std::time::Duration::from_secs(2), rx.recv()).await;
+    assert!(
+        matches!(d, Ok(Some(_))),
+        "released after delay_before_dispatch"
+    );
+}

@@ -80,9 +80,17 @@ struct State {
     consumers: Vec<Slot>,
     next_rr: usize,
     in_flight: HashMap<u64, InFlight>,
+    /// Deliveries in flight per group lane, to know when a paused group is free.
+    lane_in_flight: HashMap<Arc<str>, u32>,
     backlog: Backlog,
     deleted: bool,
+    /// `delay_before_dispatch`: when dispatch starts without enough consumers.
+    hold_until: Option<std::time::Instant>,
 }
+
+/// The owner of groups moved by a rebalance whose old owner still holds some
+/// of their messages: nobody takes them until those are settled.
+const PAUSED: ConsumerId = ConsumerId::MAX;
 
 pub struct Queue {
     name: Arc<str>,
@@ -108,6 +116,8 @@ struct AfterUnlock {
     diverted: Vec<(Arc<Message>, Diversion)>,
     later: Vec<(Arc<Message>, u32, u64)>,
     retry_page_in: bool,
+    /// Dispatch again at this time (delay_before_dispatch).
+    dispatch_at: Option<std::time::Instant>,
 }
 
 impl Queue {
@@ -132,8 +142,10 @@ impl Queue {
                 consumers: Vec::new(),
                 next_rr: 0,
                 in_flight: HashMap::new(),
+                lane_in_flight: HashMap::new(),
                 backlog: Backlog::default(),
                 deleted: false,
+                hold_until: None,
             }),
         }
     }
@@ -309,10 +321,57 @@ impl Queue {
             });
             // Highest priority first; stable so equal priorities keep arrival order.
             st.consumers.sort_by_key(|s| std::cmp::Reverse(s.priority));
+            if self.settings.group_rebalance && !options.browse {
+                self.rebalance(&mut st);
+            }
             self.dispatch(&mut st, &mut after);
         }
         self.finish(after);
         id
+    }
+
+    /// Releases every group binding so groups spread over all consumers again
+    /// (Artemis `group-rebalance`). With `group_rebalance_pause_dispatch` a group
+    /// whose old owner still holds messages waits until they are settled, so two
+    /// consumers never hold the same group at once.
+    fn rebalance(&self, st: &mut State) {
+        let pause = self.settings.group_rebalance_pause_dispatch;
+        for (lane, owner) in st.groups.bindings() {
+            if owner == PAUSED {
+                continue;
+            }
+            let busy = st.lane_in_flight.get(&lane).copied().unwrap_or(0) > 0;
+            if pause && busy {
+                st.groups.bind(lane.clone(), PAUSED);
+                st.ready.rebind(&lane, Some(owner), Some(PAUSED));
+            } else {
+                st.groups.unbind(&lane);
+                st.ready.rebind(&lane, Some(owner), None);
+            }
+        }
+    }
+
+    /// Removes a delivery from the in-flight table, freeing a paused group when
+    /// its last outstanding message is settled.
+    fn take_in_flight(st: &mut State, seq: u64) -> Option<InFlight> {
+        let flight = st.in_flight.remove(&seq)?;
+        if let Some(lane) = &flight.entry.lane {
+            let left = match st.lane_in_flight.get_mut(lane) {
+                Some(count) => {
+                    *count = count.saturating_sub(1);
+                    *count
+                }
+                None => 0,
+            };
+            if left == 0 {
+                st.lane_in_flight.remove(lane);
+                if st.groups.owner(lane) == Some(PAUSED) {
+                    st.groups.unbind(lane);
+                    st.ready.rebind(lane, Some(PAUSED), None);
+                }
+            }
+        }
+        Some(flight)
     }
 
     /// Detaches a consumer; its unsettled messages and its groups go back to the queue.
@@ -332,7 +391,7 @@ impl Queue {
                 .collect();
             returned.sort_unstable();
             for seq in returned {
-                if let Some(flight) = st.in_flight.remove(&seq) {
+                if let Some(flight) = Self::take_in_flight(&mut st, seq) {
                     self.return_entry(&mut st, flight.entry, Release::Failed, &mut after);
                 }
             }
@@ -400,7 +459,7 @@ impl Queue {
                         continue;
                     }
                 }
-                if let Some(flight) = st.in_flight.remove(&seq) {
+                if let Some(flight) = Self::take_in_flight(&mut st, seq) {
                     if flight.entry.persisted {
                         deletes.push(Op::DeleteMessage {
                             key: MessageKey {
@@ -437,7 +496,7 @@ impl Queue {
             let mut st = self.state.lock();
             match st.in_flight.get(&seq) {
                 Some(f) if f.consumer == consumer => {
-                    if let Some(flight) = st.in_flight.remove(&seq) {
+                    if let Some(flight) = Self::take_in_flight(&mut st, seq) {
                         Self::refill(&mut st, consumer);
                         if how == Release::NotHere {
                             if let Some(lane) = &flight.entry.lane {
@@ -529,7 +588,7 @@ impl Queue {
         if st.ready.is_empty() || st.consumers.is_empty() || st.deleted {
             return;
         }
-        if (st.consumers.len() as u32) < self.settings.consumers_before_dispatch {
+        if !self.may_dispatch(st, after) {
             return;
         }
         let now = now_ms();
@@ -543,7 +602,7 @@ impl Queue {
                     break;
                 }
             }
-            let Some(index) = Self::next_consumer(st, &starved) else {
+            let Some(index) = self.next_consumer(st, &starved) else {
                 break;
             };
             let consumer = st.consumers[index].id;
@@ -594,6 +653,9 @@ impl Queue {
             let sent = slot.sink.send(delivery).is_ok();
             st.next_rr = index + 1;
             if sent {
+                if let Some(lane) = &entry.lane {
+                    *st.lane_in_flight.entry(lane.clone()).or_default() += 1;
+                }
                 st.in_flight.insert(entry.seq, InFlight { consumer, entry });
             } else {
                 // The session is gone; it will remove the consumer shortly.
@@ -605,13 +667,47 @@ impl Queue {
         }
     }
 
+    /// `consumers_before_dispatch` / `delay_before_dispatch`: hold messages until
+    /// enough consumers are attached, or the delay has passed.
+    fn may_dispatch(&self, st: &mut State, after: &mut AfterUnlock) -> bool {
+        let wanted = self.settings.consumers_before_dispatch as usize;
+        if wanted == 0 {
+            return true;
+        }
+        let active = st.consumers.iter().filter(|s| s.browse.is_none()).count();
+        if active >= wanted {
+            return true;
+        }
+        let delay = self.settings.delay_before_dispatch;
+        if delay.is_zero() {
+            return false;
+        }
+        let now = std::time::Instant::now();
+        match st.hold_until {
+            Some(until) if now >= until => true,
+            Some(_) => false,
+            None => {
+                let until = now + delay;
+                st.hold_until = Some(until);
+                after.dispatch_at = Some(until);
+                false
+            }
+        }
+    }
+
     /// The next consumer with credit: the highest priority first, round robin among equals.
-    fn next_consumer(st: &State, starved: &[bool]) -> Option<usize> {
+    fn next_consumer(&self, st: &State, starved: &[bool]) -> Option<usize> {
         let eligible = |i: usize| {
             let s = &st.consumers[i];
             !starved[i] && s.credit > 0 && s.browse.is_none()
         };
         let n = st.consumers.len();
+        if self.settings.exclusive {
+            // Everything goes to the first consumer (highest priority, then
+            // earliest); the next one takes over only when it leaves.
+            let first = (0..n).find(|&i| st.consumers[i].browse.is_none())?;
+            return eligible(first).then_some(first);
+        }
         let top = (0..n)
             .filter(|&i| eligible(i))
             .map(|i| st.consumers[i].priority)
@@ -692,7 +788,25 @@ impl Queue {
         }
     }
 
+    fn redispatch(self: &Arc<Self>) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+    }
+
     fn finish(self: &Arc<Self>, after: AfterUnlock) {
+        if let Some(at) = after.dispatch_at {
+            let me = self.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    tokio::time::sleep_until(at.into()).await;
+                    me.redispatch();
+                });
+            }
+        }
         if after.diverted.is_empty() && after.later.is_empty() && !after.retry_page_in {
             return;
         }
@@ -712,13 +826,8 @@ impl Queue {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 handle.spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-                    let mut after = AfterUnlock::default();
-                    {
-                        let mut st = me.state.lock();
-                        st.backlog.retry_scheduled = false;
-                        me.dispatch(&mut st, &mut after);
-                    }
-                    me.finish(after);
+                    me.state.lock().backlog.retry_scheduled = false;
+                    me.redispatch();
                 });
             }
         }
