@@ -189,3 +189,52 @@ fn queue_shares_and_topic_copies() {
     assert_eq!(work.len(), 10, "each queue message exactly once");
     assert_eq!(news, 2, "each topic subscriber gets a copy");
 }
+
+#[test]
+fn groups_stick_to_one_subscriber_and_autogroup_by_virtual_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[connection_factories.orders]\nautogroup = true\n\n[connection_factories.fixed]\ngroup_id = \"Group-0\"\n";
+    let broker = BrokerProcess::start(&dir.path().join("data"), Some(config));
+    let mut a = broker.client();
+    let mut b = broker.client();
+    a.subscribe("s", "/queue/grouped", "auto");
+    b.subscribe("s", "/queue/grouped", "auto");
+    // Two producers through the autogrouping factory: each gets its own group.
+    let mut p1 = Stomp::connect(broker.stomp, &[("host", "orders")]);
+    let mut p2 = Stomp::connect(broker.stomp, &[("host", "orders")]);
+    for i in 0..20 {
+        p1.send("/queue/grouped", &format!("p1-{i}"), &[]);
+        p2.send("/queue/grouped", &format!("p2-{i}"), &[]);
+    }
+    p1.send_receipted("/queue/grouped", "p1-end", &[], "r1");
+    p2.send_receipted("/queue/grouped", "p2-end", &[], "r2");
+    let mut by_producer: std::collections::HashMap<String, (usize, Vec<String>)> =
+        Default::default();
+    for (who, client) in [(0usize, &mut a), (1, &mut b)] {
+        while let Some(f) = client.recv_timeout(Duration::from_millis(500)) {
+            let body = f.body_text();
+            let producer = body.split('-').next().unwrap().to_owned();
+            assert!(
+                f.header("JMSXGroupID").is_some(),
+                "autogroup stamped a group id"
+            );
+            let entry = by_producer.entry(producer).or_insert((who, Vec::new()));
+            assert_eq!(entry.0, who, "a producer's group split over subscribers");
+            entry.1.push(body);
+        }
+    }
+    assert_eq!(by_producer.len(), 2);
+    for (producer, (_, bodies)) in by_producer {
+        let mut expected: Vec<String> = (0..20).map(|i| format!("{producer}-{i}")).collect();
+        expected.push(format!("{producer}-end"));
+        assert_eq!(bodies, expected, "order within the group");
+    }
+    // The fixed factory stamps its group id.
+    let mut p3 = Stomp::connect(broker.stomp, &[("host", "fixed")]);
+    p3.send_receipted("/queue/grouped", "fixed", &[], "r3");
+    let got = a
+        .recv_timeout(Duration::from_millis(500))
+        .or_else(|| b.recv_timeout(Duration::from_millis(500)))
+        .expect("message");
+    assert_eq!(got.header("JMSXGroupID"), Some("Group-0"));
+}

@@ -4,6 +4,7 @@
 use super::auth::Authenticator;
 use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
 use super::error::CoreError;
+use super::factory::ConnectionFactory;
 use super::message::{now_ms, Message, Value};
 use super::queue::{Diversion, Diverter, Queue};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
@@ -29,6 +30,7 @@ pub struct BrokerOptions {
     pub auth: Authenticator,
     /// Queues that exist from the start, with their own settings.
     pub declared: Vec<(String, QueueSettings)>,
+    pub factories: Vec<ConnectionFactory>,
 }
 
 /// Receives messages that became due, from the delay schedule.
@@ -57,6 +59,7 @@ struct Inner {
     topics: DashMap<Arc<str>, Arc<Topic>>,
     /// Queue settings set explicitly in the config, by queue name.
     declared: HashMap<String, QueueSettings>,
+    factories: HashMap<String, ConnectionFactory>,
     next_queue_id: AtomicU32,
     next_consumer_id: AtomicU64,
     scheduler: RwLock<Option<Arc<dyn DelayedDelivery>>>,
@@ -81,6 +84,11 @@ impl Broker {
             queues_by_id: DashMap::new(),
             topics: DashMap::new(),
             declared: options.declared.iter().cloned().collect(),
+            factories: options
+                .factories
+                .into_iter()
+                .map(|f| (f.name.clone(), f))
+                .collect(),
             next_queue_id: AtomicU32::new(1),
             next_consumer_id: AtomicU64::new(1),
             scheduler: RwLock::new(None),
@@ -96,6 +104,11 @@ impl Broker {
 
     pub fn auth(&self) -> &Authenticator {
         &self.inner.auth
+    }
+
+    /// The connection factory of that name (chosen by acceptor or virtual host).
+    pub fn connection_factory(&self, name: &str) -> Option<&ConnectionFactory> {
+        self.inner.factories.get(name)
     }
 
     pub fn store(&self) -> &Store {

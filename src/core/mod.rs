@@ -5,6 +5,7 @@ pub mod auth;
 pub mod broker;
 pub mod consumer;
 pub mod error;
+pub mod factory;
 pub mod grouping;
 pub mod message;
 pub mod persist;

@@ -15,6 +15,7 @@ fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
             settings: SettingsTable::new(settings),
             auth: Authenticator::open(),
             declared: vec![],
+            factories: vec![],
         },
     )
     .unwrap()

@@ -5,6 +5,7 @@ mod sniff;
 
 use crate::config::{self, Config, Listener, Protocol};
 use crate::core::auth::Authenticator;
+use crate::core::factory::ConnectionFactory;
 use crate::core::{Broker, BrokerOptions, CoreError};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
@@ -77,6 +78,15 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
             settings: config.settings_table(),
             auth,
             declared: config.declared_queues(),
+            factories: config
+                .connection_factories()
+                .iter()
+                .map(|f| ConnectionFactory {
+                    name: f.name.clone(),
+                    autogroup: f.autogroup,
+                    group_id: f.group_id.as_deref().map(Arc::from),
+                })
+                .collect(),
         },
     )?;
     Ok(broker)
@@ -114,10 +124,12 @@ impl Server {
             let addr = socket.local_addr().unwrap_or(listener.bind);
             tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, "listening");
             bound.push((listener.name.clone(), addr));
+            let mut stomp = stomp_options(config);
+            stomp.connection_factory = listener.connection_factory.clone();
             let acceptor = Acceptor {
                 broker: broker.clone(),
                 listener,
-                stomp: stomp_options(config),
+                stomp,
                 permits: permits.clone(),
                 shutdown: shutdown.clone(),
             };

@@ -138,8 +138,9 @@ impl Stomp {
                 body: vec![],
             },
         };
-        let mut all = vec![("accept-version", "1.2"), ("host", "localhost")];
-        all.extend_from_slice(headers);
+        // Caller's headers first: the first occurrence of a header wins.
+        let mut all = headers.to_vec();
+        all.extend_from_slice(&[("accept-version", "1.2"), ("host", "localhost")]);
         s.send_frame("CONNECT", &all, b"");
         s.connected = s.recv().expect("CONNECTED");
         s

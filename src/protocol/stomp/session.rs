@@ -6,6 +6,7 @@ use super::convert::{self, ConvertError, DeliveryInfo, Destination};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
 use crate::core::consumer::{ConsumerId, ConsumerOptions, CreditMode, Delivery, Release};
+use crate::core::factory::ProducerGroup;
 use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
 use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
@@ -32,6 +33,9 @@ pub struct StompOptions {
     /// Operations one transaction may hold.
     pub max_transaction_ops: usize,
     pub server_name: String,
+    /// The connection factory of the acceptor, if it names one; a CONNECT
+    /// `host` naming a factory overrides it.
+    pub connection_factory: Option<String>,
 }
 
 impl Default for StompOptions {
@@ -43,6 +47,7 @@ impl Default for StompOptions {
             max_pending_receipts: 10_000,
             max_transaction_ops: 100_000,
             server_name: format!("weir/{}", env!("CARGO_PKG_VERSION")),
+            connection_factory: None,
         }
     }
 }
@@ -111,6 +116,8 @@ struct Session<S> {
     expect_within: Option<Duration>,
     last_read: Instant,
     last_write: Instant,
+    /// Group defaults from the connection factory; a STOMP connection is one producer.
+    producer: ProducerGroup,
 }
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
@@ -152,6 +159,7 @@ where
         expect_within: None,
         last_read: now,
         last_write: now,
+        producer: ProducerGroup::default(),
     };
     match session.handshake().await {
         Ok(true) => {}
@@ -210,6 +218,18 @@ where
         {
             // 1.1+ requires host; tolerate its absence as most brokers do.
             tracing::debug!("CONNECT without host header");
+        }
+        let factory = frame
+            .header("host")
+            .and_then(|host| self.broker.connection_factory(host))
+            .or_else(|| {
+                self.options
+                    .connection_factory
+                    .as_deref()
+                    .and_then(|name| self.broker.connection_factory(name))
+            });
+        if let Some(factory) = factory {
+            self.producer = factory.new_producer();
         }
         let (client_sends, client_wants) = parse_heartbeat(frame.header("heart-beat"))?;
         let ours = self.options.heartbeat.as_millis() as u64;
@@ -434,7 +454,8 @@ where
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
         let dest = convert::parse_destination(required(frame, "destination")?)?;
-        let message = convert::message_from_send(frame, &dest, convert::now())?;
+        let mut message = convert::message_from_send(frame, &dest, convert::now())?;
+        self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
             return self.in_transaction(tx, TxOp::Send(message, dest.routing), receipt);
         }
