@@ -181,31 +181,43 @@ class Client:
         raise AssertionError(f"unexpected MESSAGE {frame.headers} {frame.body!r}")
 
     # -- lifecycle --------------------------------------------------------
-    def disconnect(self):
-        if self.conn.is_connected():
-            rid = unique("r")
-            self.conn.disconnect(receipt=rid)
+    def disconnect(self, timeout=RECEIVE_TIMEOUT):
+        """Graceful DISCONNECT: returns once the broker confirmed it with a RECEIPT."""
+        if not self.conn.is_connected():
+            return
+        rid = unique("r")
+        self.conn.send_frame("DISCONNECT", {"receipt": rid})
+        try:
+            self.wait_receipt(rid, timeout)
+        finally:
+            self._hard_close()
 
     def drop(self):
         """Close the socket without DISCONNECT, like a crashed client."""
-        self.conn.transport.stop()
-        try:
-            sock = self.conn.transport.socket
-            if sock is not None:
+        self._hard_close()
+
+    def _hard_close(self):
+        # stomp.py's own stop() waits for its IO thread, which only ends once the
+        # socket is gone; so close the socket first and never wait on the broker.
+        transport = self.conn.transport
+        transport.running = False
+        sock = getattr(transport, "socket", None)
+        if sock is not None:
+            try:
                 sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
                 sock.close()
-        except OSError:
-            pass
+            except OSError:
+                pass
+        transport.stop()
 
     def close(self):
         try:
-            self.disconnect()
-        except Exception:  # noqa: BLE001 - best effort teardown
-            pass
-        try:
-            self.conn.transport.stop()
-        except Exception:  # noqa: BLE001
-            pass
+            self.disconnect(timeout=2.0)
+        except Exception:  # noqa: BLE001 - best-effort teardown; the test already decided
+            self._hard_close()
 
 
 # --------------------------------------------------------------------------

@@ -54,8 +54,9 @@ def test_server_sends_heart_beats_when_asked(raw_factory):
         raw.read_frame(timeout=interval * 5 + 1)
     except TimeoutError:
         pass
-    assert raw.heartbeats_seen >= 3, (
-        f"expected >= 3 heart-beats in {interval * 5 + 1:.1f}s, saw {raw.heartbeats_seen}"
+    # One EOL may trail the CONNECTED frame itself (allowed by the spec), so ask for 4.
+    assert raw.heartbeats_seen >= 4, (
+        f"expected >= 4 heart-beats in {interval * 5 + 1:.1f}s, saw {raw.heartbeats_seen}"
     )
 
 
@@ -68,6 +69,6 @@ def test_no_heart_beats_means_no_timeout(raw_factory):
         raise AssertionError("unexpected frame")
     except TimeoutError:
         pass
-    assert raw.heartbeats_seen == 0
+    assert raw.heartbeats_seen <= 1, "heart-beats sent although 0,0 was negotiated"
     raw.send_frame("DISCONNECT", {"receipt": "bye"})
     assert raw.read_frame().headers.get("receipt-id") == "bye"
