@@ -48,10 +48,10 @@ def test_connected_headers(raw_factory):
         assert frame.command == "CONNECTED", frame
         assert frame.headers.get("server", "").lower().startswith("weir"), frame.headers
         assert frame.headers.get("session"), frame.headers
-        assert frame.headers.get("heart-beat") == "0,0", (
-            "client asked for no heart-beats either way, so the server must answer 0,0",
-            frame.headers,
-        )
+        # The server states its own capability; with the client's 0,0 the effective
+        # rate is "none" whatever it says, so only the form is checked here.
+        beats = frame.headers.get("heart-beat", "").split(",")
+        assert len(beats) == 2 and all(x.isdigit() for x in beats), frame.headers
     assert a.headers["session"] != b.headers["session"], "session ids must be unique"
 
 
