@@ -265,6 +265,7 @@ class RawStomp:
         self.buf = b""
         self.heartbeats_seen = 0
         self.eof = False
+        self.pending: list[Frame] = []  # frames read past while waiting for a RECEIPT
 
     def send_bytes(self, data: bytes):
         self.sock.sendall(data)
@@ -315,6 +316,8 @@ class RawStomp:
 
         Raises TimeoutError if none arrives, Closed if the peer closed first.
         """
+        if self.pending:
+            return self.pending.pop(0)
         deadline = time.monotonic() + timeout
         while True:
             while self.buf[:1] in (b"\n", b"\r"):
@@ -359,6 +362,27 @@ class RawStomp:
                 body = self.buf[body_start:nul]
                 self.buf = self.buf[nul + 1:]
             return Frame(command, headers, body, header_lines)
+
+    def expect_receipt(self, receipt_id, timeout=RECEIVE_TIMEOUT) -> None:
+        """Wait for RECEIPT `receipt_id`; other frames (MESSAGEs may overtake a RECEIPT)
+        stay queued for the next read_frame."""
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            frame = self._read_fresh(max(0.0, deadline - time.monotonic()))
+            if frame.command == "RECEIPT" and frame.headers.get("receipt-id") == receipt_id:
+                self.pending.extend(seen)
+                return
+            if frame.command == "ERROR":
+                raise AssertionError(f"ERROR instead of RECEIPT {receipt_id}: {frame}")
+            seen.append(frame)
+
+    def _read_fresh(self, timeout):
+        saved, self.pending = self.pending, []
+        try:
+            return self.read_frame(timeout)
+        finally:
+            self.pending = saved + self.pending
 
     def read_until_closed(self, timeout=RECEIVE_TIMEOUT) -> tuple[list, bool]:
         """Frames received until the peer closes; (frames, closed_within_timeout)."""

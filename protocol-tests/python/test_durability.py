@@ -58,3 +58,23 @@ def test_headers_survive_restart(broker, client_factory, queue_name):
     assert m.headers.get("x-k") == "a:b\nc"
     assert m.headers.get("content-type") == "text/plain"
     assert m.headers.get("persistent") == "true"
+
+
+def test_repeated_crashes_never_duplicate(broker, client_factory, queue_name):
+    p = client_factory()
+    bodies = [f"r-{i:03d}" for i in range(60)]
+    for b in bodies:
+        p.send(queue_name, b, headers={"persistent": "true"})
+    remaining = bodies
+    for _ in range(3):
+        c = client_factory()
+        c.subscribe(queue_name, ack="client-individual", headers={"prefetch": "20"})
+        got = c.get_n(20, timeout=10)
+        assert [m.body for m in got] == remaining[:20]
+        for m in got:
+            c.ack(m)
+        remaining = remaining[20:]
+        broker.restart_after_crash()
+    c = client_factory()
+    c.subscribe(queue_name)
+    c.assert_no_message(1.5)
