@@ -140,6 +140,12 @@ impl StompCodec {
         &self.limits
     }
 
+    /// Forgets a half-read frame: after an error the connection is done for.
+    fn reset(&mut self) {
+        self.state = State::Idle;
+        self.spans.clear();
+    }
+
     fn escapes(&self, command: Command) -> bool {
         self.version.escapes_headers() && command.escapes_headers()
     }
@@ -313,7 +319,7 @@ impl StompCodec {
                             command,
                             start,
                             end: BodyEnd::Nul {
-                                scanned: src.len() - start,
+                                scanned: src.len().saturating_sub(start),
                             },
                         };
                         return Ok(None);
@@ -334,7 +340,12 @@ impl StompCodec {
         )?)))
     }
 
-    fn build(&mut self, command: Command, bytes: &Bytes, body: Range<usize>) -> Result<Frame, StompError> {
+    fn build(
+        &mut self,
+        command: Command,
+        bytes: &Bytes,
+        body: Range<usize>,
+    ) -> Result<Frame, StompError> {
         let mut headers = Headers::with_capacity(self.spans.len());
         for span in self.spans.drain(..) {
             headers.push(
@@ -410,9 +421,7 @@ impl Decoder for StompCodec {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Inbound>, StompError> {
         let decoded = self.decode_next(src);
         if decoded.is_err() {
-            // The connection is done for; leave no half-read frame behind.
-            self.state = State::Idle;
-            self.spans.clear();
+            self.reset();
         }
         decoded
     }
@@ -421,7 +430,10 @@ impl Decoder for StompCodec {
         match self.decode(src)? {
             Some(item) => Ok(Some(item)),
             None if src.is_empty() => Ok(None),
-            None => Err(Malformed::Truncated.into()),
+            None => {
+                self.reset();
+                Err(Malformed::Truncated.into())
+            }
         }
     }
 }
@@ -467,8 +479,10 @@ fn split_line(input: &[u8]) -> Option<(&[u8], &[u8])> {
 
 /// Length of the run of complete EOLs at the start of `input`.
 fn eol_run(input: &[u8]) -> usize {
-    let parsed: IResult<&[u8], usize> =
-        many0_count(nom::branch::alt((complete::tag("\n"), complete::tag("\r\n"))))(input);
+    let parsed: IResult<&[u8], usize> = many0_count(nom::branch::alt((
+        complete::tag("\n"),
+        complete::tag("\r\n"),
+    )))(input);
     parsed.map_or(0, |(after, _)| input.len() - after.len())
 }
 
@@ -478,7 +492,7 @@ fn header_line(line: &[u8]) -> Result<(&[u8], &[u8]), Malformed> {
     let parsed: IResult<&[u8], (&[u8], &[u8])> =
         separated_pair(complete::take_till(|b| b == b':'), complete::tag(":"), rest)(line);
     match parsed {
-        Ok((_, (name, _))) if name.is_empty() => Err(Malformed::EmptyHeaderName),
+        Ok((_, ([], _))) => Err(Malformed::EmptyHeaderName),
         Ok((_, pair)) => Ok(pair),
         Err(_) => Err(Malformed::MissingColon),
     }
@@ -497,7 +511,11 @@ fn parse_content_length(value: &[u8]) -> Option<usize> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-fn header_text(bytes: &Bytes, range: Range<usize>, escaped: bool) -> Result<HeaderText, StompError> {
+fn header_text(
+    bytes: &Bytes,
+    range: Range<usize>,
+    escaped: bool,
+) -> Result<HeaderText, StompError> {
     if escaped {
         let raw = bytes.get(range).unwrap_or_default();
         Ok(HeaderText::from(escape::unescape(raw)?))

@@ -29,17 +29,15 @@ fn unescape_letter(letter: Option<&u8>) -> Result<u8, StompError> {
         } else {
             format!("\\ followed by octet 0x{other:02x}")
         })),
-        None => Err(StompError::InvalidEscape("\\ at the end of the text".into())),
+        None => Err(StompError::InvalidEscape(
+            "\\ at the end of the text".into(),
+        )),
     }
 }
 
 /// Length of `text` once escaped.
 pub(crate) fn escaped_len(text: &[u8]) -> usize {
-    text.len()
-        + text
-            .iter()
-            .filter(|&&b| escape_letter(b).is_some())
-            .count()
+    text.len() + text.iter().filter(|&&b| escape_letter(b).is_some()).count()
 }
 
 /// Appends `text` escaped to `dst`, copying unescaped runs whole.

@@ -357,7 +357,8 @@ impl Headers {
     /// Removes every header of this name; returns how many there were.
     pub fn remove(&mut self, name: &str) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|(n, _)| n.as_bytes() != name.as_bytes());
+        self.entries
+            .retain(|(n, _)| n.as_bytes() != name.as_bytes());
         before - self.entries.len()
     }
 
@@ -412,7 +413,11 @@ impl Frame {
     }
 
     /// Builder form of [`Frame::add_header`].
-    pub fn with_header(mut self, name: impl Into<HeaderText>, value: impl Into<HeaderText>) -> Frame {
+    pub fn with_header(
+        mut self,
+        name: impl Into<HeaderText>,
+        value: impl Into<HeaderText>,
+    ) -> Frame {
         self.headers.push(name, value);
         self
     }
@@ -450,7 +455,10 @@ mod tests {
     #[test]
     fn commands_round_trip_through_their_names() {
         for command in Command::ALL {
-            assert_eq!(Command::from_bytes(command.as_str().as_bytes()), Some(command));
+            assert_eq!(
+                Command::from_bytes(command.as_str().as_bytes()),
+                Some(command)
+            );
             assert!(command.as_str().len() <= Command::MAX_LEN);
         }
         assert_eq!(Command::from_bytes(b"send"), None);
@@ -459,9 +467,18 @@ mod tests {
 
     #[test]
     fn negotiates_the_highest_common_version() {
-        assert_eq!(Version::parse_accept_version("1.0,1.1,1.2"), Some(Version::V1_2));
-        assert_eq!(Version::parse_accept_version("1.1,1.0"), Some(Version::V1_1));
-        assert_eq!(Version::parse_accept_version("1.0, 2.0"), Some(Version::V1_0));
+        assert_eq!(
+            Version::parse_accept_version("1.0,1.1,1.2"),
+            Some(Version::V1_2)
+        );
+        assert_eq!(
+            Version::parse_accept_version("1.1,1.0"),
+            Some(Version::V1_1)
+        );
+        assert_eq!(
+            Version::parse_accept_version("1.0, 2.0"),
+            Some(Version::V1_0)
+        );
         assert_eq!(Version::parse_accept_version("2.0"), None);
         assert_eq!(Version::parse_accept_version(""), None);
         assert_eq!(Version::negotiate(None), Some(Version::V1_0));
@@ -475,7 +492,10 @@ mod tests {
             .with_header("foo", "first")
             .with_header("foo", String::from("second"));
         assert_eq!(frame.header("foo"), Some("first"));
-        assert_eq!(frame.headers.get_all("foo").collect::<Vec<_>>(), ["first", "second"]);
+        assert_eq!(
+            frame.headers.get_all("foo").collect::<Vec<_>>(),
+            ["first", "second"]
+        );
         assert_eq!(frame.header("bar"), None);
     }
 
