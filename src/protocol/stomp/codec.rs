@@ -140,6 +140,12 @@ impl StompCodec {
         &self.limits
     }
 
+    /// Forgets a half-read frame: after an error the connection is done for.
+    fn reset(&mut self) {
+        self.state = State::Idle;
+        self.spans.clear();
+    }
+
     fn escapes(&self, command: Command) -> bool {
         self.version.escapes_headers() && command.escapes_headers()
     }
@@ -313,7 +319,7 @@ impl StompCodec {
                             command,
                             start,
                             end: BodyEnd::Nul {
-                                scanned: src.len() - start,
+                                scanned: src.len().saturating_sub(start),
                             },
                         };
                         return Ok(None);
@@ -415,9 +421,7 @@ impl Decoder for StompCodec {
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Inbound>, StompError> {
         let decoded = self.decode_next(src);
         if decoded.is_err() {
-            // The connection is done for; leave no half-read frame behind.
-            self.state = State::Idle;
-            self.spans.clear();
+            self.reset();
         }
         decoded
     }
@@ -426,7 +430,10 @@ impl Decoder for StompCodec {
         match self.decode(src)? {
             Some(item) => Ok(Some(item)),
             None if src.is_empty() => Ok(None),
-            None => Err(Malformed::Truncated.into()),
+            None => {
+                self.reset();
+                Err(Malformed::Truncated.into())
+            }
         }
     }
 }
@@ -485,7 +492,7 @@ fn header_line(line: &[u8]) -> Result<(&[u8], &[u8]), Malformed> {
     let parsed: IResult<&[u8], (&[u8], &[u8])> =
         separated_pair(complete::take_till(|b| b == b':'), complete::tag(":"), rest)(line);
     match parsed {
-        Ok((_, (name, _))) if name.is_empty() => Err(Malformed::EmptyHeaderName),
+        Ok((_, ([], _))) => Err(Malformed::EmptyHeaderName),
         Ok((_, pair)) => Ok(pair),
         Err(_) => Err(Malformed::MissingColon),
     }

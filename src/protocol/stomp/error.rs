@@ -53,12 +53,28 @@ impl From<Malformed> for StompError {
 /// hostile peer cannot make our ERROR frame large.
 const QUOTE_LIMIT: usize = 32;
 
-/// Quotes bytes from the wire for an error message.
+/// Quotes bytes from the wire for an error message, looking at no more of them
+/// than the quote can show.
 pub(crate) fn quote(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
+    // A UTF-8 character is at most 4 bytes.
+    let shown = raw.get(..QUOTE_LIMIT * 4).unwrap_or(raw);
+    let text = String::from_utf8_lossy(shown);
     let mut quoted: String = text.chars().take(QUOTE_LIMIT).collect();
-    if text.chars().nth(QUOTE_LIMIT).is_some() {
+    if shown.len() < raw.len() || text.chars().nth(QUOTE_LIMIT).is_some() {
         quoted.push_str("...");
     }
     quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotes_are_cut_short() {
+        assert_eq!(quote(b"PUBLISH"), "PUBLISH");
+        let long = quote(&[b'x'; 10_000]);
+        assert_eq!(long, format!("{}...", "x".repeat(QUOTE_LIMIT)));
+        assert_eq!(quote(b"\xffA"), "\u{fffd}A");
+    }
 }
