@@ -1,4 +1,5 @@
 //! The protocol-neutral broker core.
 
 pub mod message;
+pub mod selector;
 pub mod settings;
