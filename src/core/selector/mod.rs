@@ -9,8 +9,9 @@
 //! - SQL three-valued logic: a comparison with a missing property is unknown,
 //!   and unknown never selects (`NOT` of unknown is still unknown).
 //! - Comparing values of unlike types (`'a' = 1`, `TRUE > 1`) is false, not an
-//!   error; where the parser can already see the mismatch in an arithmetic or
-//!   logical operand it refuses the selector instead.
+//!   error; where the parser can already see the mismatch (a literal string in
+//!   arithmetic, `<` between strings, a number under AND/OR/NOT, a selector
+//!   that is not a condition at all) it refuses the selector instead.
 //! - A string *property* compared with a number (or boolean) is read as one
 //!   if it spells one, so `price > 10` works for STOMP, whose headers are all
 //!   text. String literals are never converted: `'10' = 10` is false.

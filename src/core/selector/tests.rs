@@ -384,6 +384,13 @@ fn empty_selector_is_no_selector() {
 }
 
 #[test]
+fn is_shareable_between_consumers_and_tasks() {
+    fn shareable<T: Send + Sync + 'static>() {}
+    shareable::<Selector>();
+    shareable::<SelectorError>();
+}
+
+#[test]
 fn keeps_its_text() {
     let selector: Selector = "a = 1".parse().unwrap();
     assert_eq!(selector.as_str(), "a = 1");
