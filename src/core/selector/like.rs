@@ -365,7 +365,7 @@ mod tests {
             let started = std::time::Instant::now();
             assert!(!like(&pattern, &text));
             assert!(
-                started.elapsed() < std::time::Duration::from_secs(1),
+                started.elapsed() < std::time::Duration::from_secs(5),
                 "{}",
                 &pattern[..20]
             );
