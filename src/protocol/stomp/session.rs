@@ -65,6 +65,8 @@ enum SessionError {
     Protocol(String),
     #[error("authentication failed: {0}")]
     Auth(String),
+    #[error("no common version: this server speaks 1.0, 1.1 and 1.2")]
+    NoCommonVersion,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +88,7 @@ struct Sub {
 }
 
 enum TxOp {
-    Send(Message, RoutingType),
+    Send(Box<Message>, RoutingType),
     Ack(ConsumerId, Vec<u64>),
     Nack(ConsumerId, Vec<u64>),
 }
@@ -202,9 +204,8 @@ where
                 frame.command
             )));
         }
-        let version = Version::negotiate(frame.header("accept-version")).ok_or_else(|| {
-            SessionError::Protocol("no common version: this server speaks 1.0, 1.1 and 1.2".into())
-        })?;
+        let version =
+            Version::negotiate(frame.header("accept-version")).ok_or(SessionError::NoCommonVersion)?;
         self.version = version;
         let login = frame.header("login");
         let passcode = frame.header("passcode");
@@ -457,7 +458,7 @@ where
         let mut message = convert::message_from_send(frame, &dest, convert::now())?;
         self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
-            return self.in_transaction(tx, TxOp::Send(message, dest.routing), receipt);
+            return self.in_transaction(tx, TxOp::Send(Box::new(message), dest.routing), receipt);
         }
         let completion = self.broker.publish(message, dest.routing)?;
         self.receipt_after(receipt, completion);
@@ -491,7 +492,7 @@ where
         for op in ops {
             match op {
                 TxOp::Send(message, routing) => {
-                    completions.push(self.broker.publish(message, routing)?)
+                    completions.push(self.broker.publish(*message, routing)?)
                 }
                 TxOp::Ack(consumer, seqs) => {
                     if let Some(sub) = self.sub_by_consumer(consumer) {
