@@ -238,3 +238,51 @@ fn groups_stick_to_one_subscriber_and_autogroup_by_virtual_host() {
         .expect("message");
     assert_eq!(got.header("JMSXGroupID"), Some("Group-0"));
 }
+
+#[test]
+fn selectors_filter_and_bad_selectors_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let mut red = broker.client();
+    red.send_frame(
+        "SUBSCRIBE",
+        &[
+            ("id", "r"),
+            ("destination", "/queue/sel"),
+            ("selector", "color = 'red' AND weight > 2"),
+            ("receipt", "s"),
+        ],
+        b"",
+    );
+    assert_eq!(red.recv().unwrap().command, "RECEIPT");
+    let mut p = broker.client();
+    p.send("/queue/sel", "blue", &[("color", "blue"), ("weight", "5")]);
+    p.send(
+        "/queue/sel",
+        "light-red",
+        &[("color", "red"), ("weight", "1")],
+    );
+    p.send_receipted(
+        "/queue/sel",
+        "heavy-red",
+        &[("color", "red"), ("weight", "3")],
+        "r",
+    );
+    let f = red.recv().unwrap();
+    assert_eq!(f.body_text(), "heavy-red");
+    assert!(red.recv_timeout(Duration::from_millis(300)).is_none());
+
+    let mut bad = broker.client();
+    bad.send_frame(
+        "SUBSCRIBE",
+        &[
+            ("id", "b"),
+            ("destination", "/queue/sel"),
+            ("selector", "color = = 'x'"),
+        ],
+        b"",
+    );
+    let e = bad.recv().unwrap();
+    assert_eq!(e.command, "ERROR");
+    assert!(e.header("message").unwrap().contains("selector"), "{e:?}");
+}

@@ -166,3 +166,9 @@ fn column(input: &str, offset: usize) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+impl crate::core::consumer::MessageFilter for Selector {
+    fn matches(&self, message: &Message) -> bool {
+        Selector::matches(self, message)
+    }
+}

@@ -5,8 +5,11 @@ use super::codec::{Inbound, Limits, Outbound, StompCodec};
 use super::convert::{self, ConvertError, DeliveryInfo, Destination};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
-use crate::core::consumer::{ConsumerId, ConsumerOptions, CreditMode, Delivery, Release};
+use crate::core::consumer::{
+    ConsumerId, ConsumerOptions, CreditMode, Delivery, MessageFilter, Release,
+};
 use crate::core::factory::ProducerGroup;
+use crate::core::selector::Selector;
 use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
 use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
@@ -204,8 +207,8 @@ where
                 frame.command
             )));
         }
-        let version =
-            Version::negotiate(frame.header("accept-version")).ok_or(SessionError::NoCommonVersion)?;
+        let version = Version::negotiate(frame.header("accept-version"))
+            .ok_or(SessionError::NoCommonVersion)?;
         self.version = version;
         let login = frame.header("login");
         let passcode = frame.header("passcode");
@@ -575,10 +578,16 @@ where
                 .map_err(|_| SessionError::Protocol(format!("invalid consumer priority '{v}'")))?,
             None => 0,
         };
+        let filter = match frame.header("selector") {
+            Some(text) => Selector::parse_optional(text)
+                .map_err(|e| SessionError::Protocol(e.to_string()))?
+                .map(|s| Arc::new(s) as Arc<dyn MessageFilter>),
+            None => None,
+        };
         let options = ConsumerOptions {
             credit: CreditMode::Window(prefetch),
             priority,
-            filter: None,
+            filter,
             browse: frame.header("browser").is_some_and(|v| v == "true"),
         };
         let subscription = self.broker.subscribe(
