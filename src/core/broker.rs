@@ -158,12 +158,9 @@ impl Broker {
         let queue = entry
             .or_try_insert_with(|| {
                 let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
-                let mut record = BytesMut::with_capacity(5);
-                record.put_u8(QUEUE_RECORD_VERSION);
-                record.put_u32(id);
                 self.inner.store.submit_detached(Op::PutQueue {
                     name: name.to_owned(),
-                    record: record.freeze(),
+                    record: queue_record(id, None),
                 });
                 let queue = self.new_queue(Arc::from(name), id, settings);
                 self.inner.queues_by_id.insert(id, queue.clone());
@@ -296,7 +293,7 @@ impl Broker {
                     broker: self.clone(),
                     queue,
                     consumer: id,
-                    topic: None,
+                    cleanup: Cleanup::Nothing,
                 })
             }
             RoutingType::Multicast => {
@@ -305,21 +302,114 @@ impl Broker {
                 let name: Arc<str> = Arc::from(format!("{address}::sub-{id}"));
                 let queue = self.new_queue(name, queue_id, self.settings_for(address));
                 self.inner.queues_by_id.insert(queue_id, queue.clone());
-                let topic = self
-                    .inner
-                    .topics
-                    .entry(Arc::from(address))
-                    .or_default()
-                    .clone();
-                topic.subscribers.write().push(queue.clone());
+                self.bind_to_topic(address, &queue);
                 queue.add_consumer(options, id, sink);
                 Ok(Subscription {
                     broker: self.clone(),
                     queue,
                     consumer: id,
-                    topic: Some(Arc::from(address)),
+                    cleanup: Cleanup::PrivateQueue(Arc::from(address)),
                 })
             }
+        }
+    }
+
+    /// Attaches to a named subscription of a topic: durable ones (JMS durable
+    /// subscribers) outlive their consumers and restarts; volatile shared ones
+    /// (JMS shared consumers) live while any consumer is attached. Several
+    /// consumers of one subscription share its messages.
+    pub fn subscribe_named(
+        &self,
+        topic: &str,
+        subscription: &str,
+        durable: bool,
+        options: ConsumerOptions,
+        sink: DeliverySink,
+    ) -> Result<Subscription, CoreError> {
+        validate_name(topic)?;
+        if subscription.is_empty() || subscription.chars().any(char::is_control) {
+            return Err(CoreError::InvalidAddress(subscription.to_owned()));
+        }
+        let kind = if durable { "durable" } else { "shared" };
+        let name: Arc<str> = Arc::from(format!("{topic}::{kind}::{subscription}"));
+        let queue = match self.inner.queues.get(&name).map(|q| q.clone()) {
+            Some(q) => q,
+            None => {
+                let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
+                let queue = self.new_queue(name.clone(), id, self.settings_for(topic));
+                if durable {
+                    self.inner.store.submit_detached(Op::PutQueue {
+                        name: name.to_string(),
+                        record: queue_record(id, Some(topic)),
+                    });
+                }
+                self.inner.queues.insert(name.clone(), queue.clone());
+                self.inner.queues_by_id.insert(id, queue.clone());
+                self.bind_to_topic(topic, &queue);
+                queue
+            }
+        };
+        let id = self.next_consumer_id();
+        queue.add_consumer(options, id, sink);
+        Ok(Subscription {
+            broker: self.clone(),
+            queue,
+            consumer: id,
+            cleanup: if durable {
+                Cleanup::Nothing
+            } else {
+                Cleanup::WhenUnused(Arc::from(topic))
+            },
+        })
+    }
+
+    /// Whether a named durable subscription exists.
+    pub fn has_durable_subscription(&self, topic: &str, subscription: &str) -> bool {
+        self.inner
+            .queues
+            .contains_key(format!("{topic}::durable::{subscription}").as_str())
+    }
+
+    /// Deletes a durable subscription and its messages (JMS unsubscribe).
+    pub fn delete_durable_subscription(&self, topic: &str, subscription: &str) -> bool {
+        let name = format!("{topic}::durable::{subscription}");
+        let Some((_, queue)) = self.inner.queues.remove(name.as_str()) else {
+            return false;
+        };
+        self.unbind_from_topic(topic, &queue);
+        self.inner.queues_by_id.remove(&queue.id());
+        queue.purge();
+        self.inner.store.submit_detached(Op::DeleteQueue { name });
+        true
+    }
+
+    /// A queue that exists until the returned guard is dropped (AMQP dynamic
+    /// nodes, JMS temporary queues for request/reply).
+    pub fn create_temporary_queue(&self) -> TemporaryQueue {
+        let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
+        let name: Arc<str> = Arc::from(format!("temp.{:x}.{id}", now_ms()));
+        let queue = self.new_queue(name.clone(), id, self.settings_for(&name));
+        self.inner.queues.insert(name, queue.clone());
+        self.inner.queues_by_id.insert(id, queue.clone());
+        TemporaryQueue {
+            broker: self.clone(),
+            queue,
+        }
+    }
+
+    fn bind_to_topic(&self, topic: &str, queue: &Arc<Queue>) {
+        let topic = self
+            .inner
+            .topics
+            .entry(Arc::from(topic))
+            .or_default()
+            .clone();
+        topic.subscribers.write().push(queue.clone());
+    }
+
+    fn unbind_from_topic(&self, topic: &str, queue: &Arc<Queue>) {
+        if let Some(t) = self.inner.topics.get(topic) {
+            t.subscribers.write().retain(|q| !Arc::ptr_eq(q, queue));
         }
     }
 
@@ -335,7 +425,15 @@ impl Broker {
             let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
             max_id = max_id.max(id);
             let name: Arc<str> = Arc::from(recovered.name.as_str());
-            let queue = self.new_queue(name.clone(), id, self.settings_for(&name));
+            // A durable subscription's record names its topic after the id.
+            let topic = (record.len() > 5)
+                .then(|| std::str::from_utf8(&record[5..]).ok())
+                .flatten();
+            let settings = self.settings_for(topic.unwrap_or(&name));
+            let queue = self.new_queue(name.clone(), id, settings);
+            if let Some(topic) = topic {
+                self.bind_to_topic(topic, &queue);
+            }
             self.inner.queues.insert(name, queue.clone());
             self.inner.queues_by_id.insert(id, queue.clone());
             by_id.insert(id, queue);
@@ -393,6 +491,16 @@ impl Broker {
         tracing::info!(queues = by_id.len(), messages = total, "recovered");
         Ok(())
     }
+}
+
+fn queue_record(id: u32, topic: Option<&str>) -> Bytes {
+    let mut record = BytesMut::with_capacity(5 + topic.map_or(0, str::len));
+    record.put_u8(QUEUE_RECORD_VERSION);
+    record.put_u32(id);
+    if let Some(topic) = topic {
+        record.put_slice(topic.as_bytes());
+    }
+    record.freeze()
 }
 
 fn message_address(subscribers: &[Arc<Queue>]) -> String {
@@ -470,7 +578,40 @@ pub struct Subscription {
     broker: Broker,
     queue: Arc<Queue>,
     consumer: ConsumerId,
-    topic: Option<Arc<str>>,
+    cleanup: Cleanup,
+}
+
+/// What goes when a subscription's consumer does.
+enum Cleanup {
+    Nothing,
+    /// A plain topic subscriber's private queue.
+    PrivateQueue(Arc<str>),
+    /// A volatile shared subscription, once its last consumer is gone.
+    WhenUnused(Arc<str>),
+}
+
+/// A queue deleted, with its messages, when this guard is dropped.
+pub struct TemporaryQueue {
+    broker: Broker,
+    queue: Arc<Queue>,
+}
+
+impl TemporaryQueue {
+    pub fn queue(&self) -> &Arc<Queue> {
+        &self.queue
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        self.queue.name()
+    }
+}
+
+impl Drop for TemporaryQueue {
+    fn drop(&mut self) {
+        self.broker.inner.queues.remove(self.queue.name());
+        self.broker.inner.queues_by_id.remove(&self.queue.id());
+        self.queue.purge();
+    }
 }
 
 impl Subscription {
@@ -486,15 +627,21 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         self.queue.remove_consumer(self.consumer);
-        if let Some(topic_name) = &self.topic {
-            if let Some(topic) = self.broker.inner.topics.get(topic_name) {
-                topic
-                    .subscribers
-                    .write()
-                    .retain(|q| !Arc::ptr_eq(q, &self.queue));
+        match &self.cleanup {
+            Cleanup::Nothing => {}
+            Cleanup::PrivateQueue(topic) => {
+                self.broker.unbind_from_topic(topic, &self.queue);
+                self.queue.purge();
+                self.broker.inner.queues_by_id.remove(&self.queue.id());
             }
-            self.queue.purge();
-            self.broker.inner.queues_by_id.remove(&self.queue.id());
+            Cleanup::WhenUnused(topic) => {
+                if self.queue.stats().consumers == 0 {
+                    self.broker.unbind_from_topic(topic, &self.queue);
+                    self.broker.inner.queues.remove(self.queue.name());
+                    self.broker.inner.queues_by_id.remove(&self.queue.id());
+                    self.queue.purge();
+                }
+            }
         }
     }
 }

@@ -472,3 +472,70 @@ async fn consumers_before_dispatch_holds_messages() {
         "released after delay_before_dispatch"
     );
 }
+
+#[tokio::test]
+async fn durable_subscription_keeps_messages_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = open(dir.path(), QueueSettings::default());
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let sub = broker
+            .subscribe_named("prices", "client1:sub", true, window(0), tx)
+            .unwrap();
+        drop(sub);
+        let mut m = msg("prices", "kept", None);
+        m.durable = true;
+        broker
+            .publish(m, RoutingType::Multicast)
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        assert!(broker.has_durable_subscription("prices", "client1:sub"));
+    }
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = broker
+        .subscribe_named("prices", "client1:sub", true, window(10), tx.clone())
+        .unwrap();
+    let got = drain(&mut rx);
+    assert_eq!(got.iter().map(body).collect::<Vec<_>>(), vec!["kept"]);
+    // Still bound to the topic after the restart.
+    broker
+        .publish(msg("prices", "live", None), RoutingType::Multicast)
+        .unwrap();
+    assert_eq!(drain(&mut rx).len(), 1);
+    drop(_sub);
+    assert!(broker.delete_durable_subscription("prices", "client1:sub"));
+    assert!(!broker.has_durable_subscription("prices", "client1:sub"));
+}
+
+#[tokio::test]
+async fn shared_volatile_subscription_and_temporary_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe_named("t", "shared", false, window(10), tx.clone())
+        .unwrap();
+    let b = broker
+        .subscribe_named("t", "shared", false, window(10), tx.clone())
+        .unwrap();
+    for i in 0..4 {
+        broker
+            .publish(msg("t", &i.to_string(), None), RoutingType::Multicast)
+            .unwrap();
+    }
+    assert_eq!(drain(&mut rx).len(), 4, "shared: each message once");
+    drop((a, b));
+    assert!(
+        broker.queue("t::shared::shared").is_none(),
+        "gone with its last consumer"
+    );
+
+    let temp = broker.create_temporary_queue();
+    let name = temp.name().to_string();
+    assert!(broker.queue(&name).is_some());
+    drop(temp);
+    assert!(broker.queue(&name).is_none());
+}
