@@ -83,7 +83,7 @@ pub(crate) fn read_described<'a>(
     Ok((i, d, list))
 }
 
-fn list_fields<'a>(
+pub(crate) fn list_fields<'a>(
     cx: Ctx<'a>,
     i: &'a [u8],
     depth: usize,

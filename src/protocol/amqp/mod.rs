@@ -19,6 +19,7 @@ pub use definitions::{
 };
 pub use described::Composite;
 pub use error::{condition, AmqpCodecError};
+pub use messaging::{Body, Header, Message, MessageId, MessageView, Properties, SectionRanges};
 pub use performatives::{
     Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative, Transfer,
 };
