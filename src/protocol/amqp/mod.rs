@@ -1,1 +1,29 @@
-//! AMQP 1.0.
+//! AMQP 1.0 wire level: type system, composite types (performatives, SASL, delivery states,
+//! termini, transactions), message sections, and the transport frame codec.
+//!
+//! Everything here is protocol data only; connection, session and link state live above.
+
+pub mod codec;
+pub mod definitions;
+pub mod described;
+pub mod error;
+pub mod messaging;
+pub mod performatives;
+pub mod sasl;
+pub mod types;
+
+pub use codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
+pub use definitions::{
+    AmqpError, Coordinator, Declare, DeliveryState, Discharge, ExpiryPolicy, ReceiverSettleMode,
+    Role, SenderSettleMode, Source, Target, TargetKind, TerminusDurability,
+};
+pub use described::Composite;
+pub use error::{condition, AmqpCodecError};
+pub use messaging::{Body, Header, Message, MessageId, MessageView, Properties, SectionRanges};
+pub use performatives::{
+    Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative, Transfer,
+};
+pub use sasl::{
+    SaslChallenge, SaslCode, SaslFrame, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse,
+};
+pub use types::{Array, Described, Descriptor, Map, Str, Symbol, TypeCode, Value};

@@ -1,0 +1,717 @@
+//! Message sections (messaging section 3.2) and [`MessageView`], which parses a complete
+//! message payload while remembering where each section lies, so the broker can forward
+//! the bare message untouched and re-emit only the header and annotations it changed.
+
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+
+use super::described::{list_fields, Composite, FieldReader, ListWriter};
+use super::error::{AmqpCodecError, Result};
+use super::types::decode::{descriptor_after_marker, finish, value as decode_value};
+use super::types::{code, encode, Ctx, Descriptor, Map, Str, Symbol, Value};
+
+pub const HEADER: u64 = 0x70;
+pub const DELIVERY_ANNOTATIONS: u64 = 0x71;
+pub const MESSAGE_ANNOTATIONS: u64 = 0x72;
+pub const PROPERTIES: u64 = 0x73;
+pub const APPLICATION_PROPERTIES: u64 = 0x74;
+pub const DATA: u64 = 0x75;
+pub const AMQP_SEQUENCE: u64 = 0x76;
+pub const AMQP_VALUE: u64 = 0x77;
+pub const FOOTER: u64 = 0x78;
+
+/// The header section: transport-level delivery information the broker may rewrite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Header {
+    pub durable: bool,
+    pub priority: u8,
+    /// Milliseconds.
+    pub ttl: Option<u32>,
+    pub first_acquirer: bool,
+    pub delivery_count: u32,
+}
+
+impl Default for Header {
+    fn default() -> Self {
+        Header {
+            durable: false,
+            priority: 4,
+            ttl: None,
+            first_acquirer: false,
+            delivery_count: 0,
+        }
+    }
+}
+
+impl Composite for Header {
+    const CODE: u64 = HEADER;
+    const NAME: &'static str = "header";
+    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
+        Ok(Header {
+            durable: r.get_or("durable", false)?,
+            priority: r.get_or("priority", 4)?,
+            ttl: r.get("ttl")?,
+            first_acquirer: r.get_or("first-acquirer", false)?,
+            delivery_count: r.get_or("delivery-count", 0)?,
+        })
+    }
+    fn encode_fields(&self, w: &mut ListWriter<'_>) {
+        w.bool_default(self.durable, false);
+        w.ubyte((self.priority != 4).then_some(self.priority));
+        w.uint(self.ttl);
+        w.bool_default(self.first_acquirer, false);
+        w.uint_default(self.delivery_count, 0);
+    }
+}
+
+/// message-id / correlation-id: one of four types.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum MessageId {
+    Ulong(u64),
+    Uuid([u8; 16]),
+    Binary(Bytes),
+    String(Str),
+}
+
+impl MessageId {
+    fn read(r: &mut FieldReader<'_>, field: &'static str) -> Result<Option<Self>> {
+        Ok(match r.value()? {
+            None => None,
+            Some(Value::Ulong(v)) => Some(MessageId::Ulong(v)),
+            Some(Value::Uuid(v)) => Some(MessageId::Uuid(v)),
+            Some(Value::Binary(v)) => Some(MessageId::Binary(v)),
+            Some(Value::String(v)) => Some(MessageId::String(v)),
+            Some(_) => {
+                return Err(AmqpCodecError::InvalidField {
+                    composite: Properties::NAME,
+                    field,
+                })
+            }
+        })
+    }
+
+    pub fn to_value(&self) -> Value {
+        match self {
+            MessageId::Ulong(v) => Value::Ulong(*v),
+            MessageId::Uuid(v) => Value::Uuid(*v),
+            MessageId::Binary(v) => Value::Binary(v.clone()),
+            MessageId::String(v) => Value::String(v.clone()),
+        }
+    }
+}
+
+/// The immutable properties of the bare message.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Properties {
+    pub message_id: Option<MessageId>,
+    pub user_id: Option<Bytes>,
+    pub to: Option<Str>,
+    pub subject: Option<Str>,
+    pub reply_to: Option<Str>,
+    pub correlation_id: Option<MessageId>,
+    pub content_type: Option<Symbol>,
+    pub content_encoding: Option<Symbol>,
+    /// Milliseconds since the epoch.
+    pub absolute_expiry_time: Option<i64>,
+    pub creation_time: Option<i64>,
+    pub group_id: Option<Str>,
+    /// A uint on the wire. Qpid JMS maps JMSXGroupSeq -1 to 4294967295, so the full u32
+    /// range is meaningful.
+    pub group_sequence: Option<u32>,
+    pub reply_to_group_id: Option<Str>,
+}
+
+fn read_address(r: &mut FieldReader<'_>) -> Result<Option<Str>> {
+    super::definitions::read_address(r, Properties::NAME)
+}
+
+impl Composite for Properties {
+    const CODE: u64 = PROPERTIES;
+    const NAME: &'static str = "properties";
+    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
+        Ok(Properties {
+            message_id: MessageId::read(r, "message-id")?,
+            user_id: r.get("user-id")?,
+            to: read_address(r)?,
+            subject: r.get("subject")?,
+            reply_to: read_address(r)?,
+            correlation_id: MessageId::read(r, "correlation-id")?,
+            content_type: r.get("content-type")?,
+            content_encoding: r.get("content-encoding")?,
+            absolute_expiry_time: r.timestamp("absolute-expiry-time")?,
+            creation_time: r.timestamp("creation-time")?,
+            group_id: r.get("group-id")?,
+            // Tolerate a signed int from sloppy clients (-1 becomes 4294967295, as in JMS).
+            group_sequence: match r.value()? {
+                None => None,
+                Some(Value::Uint(v)) => Some(v),
+                Some(Value::Int(v)) => Some(v as u32),
+                Some(_) => {
+                    return Err(AmqpCodecError::InvalidField {
+                        composite: Self::NAME,
+                        field: "group-sequence",
+                    })
+                }
+            },
+            reply_to_group_id: r.get("reply-to-group-id")?,
+        })
+    }
+    fn encode_fields(&self, w: &mut ListWriter<'_>) {
+        w.opt(self.message_id.as_ref(), |m, b| m.to_value().encode(b));
+        w.binary(self.user_id.as_ref());
+        w.string(self.to.as_ref());
+        w.string(self.subject.as_ref());
+        w.string(self.reply_to.as_ref());
+        w.opt(self.correlation_id.as_ref(), |m, b| m.to_value().encode(b));
+        w.symbol(self.content_type.as_ref());
+        w.symbol(self.content_encoding.as_ref());
+        w.timestamp(self.absolute_expiry_time);
+        w.timestamp(self.creation_time);
+        w.string(self.group_id.as_ref());
+        w.uint(self.group_sequence);
+        w.string(self.reply_to_group_id.as_ref());
+    }
+}
+
+/// The body: data sections, amqp-sequence sections, or one amqp-value.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Body {
+    #[default]
+    Empty,
+    Data(Vec<Bytes>),
+    Sequence(Vec<Vec<Value>>),
+    Value(Value),
+}
+
+/// A message as typed parts (for building one, e.g. from a STOMP frame).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Message {
+    pub header: Option<Header>,
+    pub delivery_annotations: Option<Map>,
+    pub message_annotations: Option<Map>,
+    pub properties: Option<Properties>,
+    pub application_properties: Option<Map>,
+    pub body: Body,
+    pub footer: Option<Map>,
+}
+
+fn encode_map_section(code: u64, m: &Map, buf: &mut BytesMut) {
+    Value::described(Descriptor::Code(code), Value::Map(m.clone())).encode(buf);
+}
+
+fn section_marker(code: u64, buf: &mut BytesMut) {
+    encode::descriptor(&Descriptor::Code(code), buf);
+}
+
+impl Message {
+    pub fn with_data(data: Bytes) -> Self {
+        Message {
+            body: Body::Data(vec![data]),
+            ..Message::default()
+        }
+    }
+
+    /// Appends header, delivery-annotations and message-annotations (the parts a broker
+    /// may rewrite).
+    fn encode_annotations(
+        header: Option<&Header>,
+        delivery_annotations: Option<&Map>,
+        message_annotations: Option<&Map>,
+        buf: &mut BytesMut,
+    ) {
+        if let Some(h) = header {
+            h.encode(buf);
+        }
+        if let Some(m) = delivery_annotations {
+            encode_map_section(DELIVERY_ANNOTATIONS, m, buf);
+        }
+        if let Some(m) = message_annotations {
+            encode_map_section(MESSAGE_ANNOTATIONS, m, buf);
+        }
+    }
+
+    pub fn encode(&self, buf: &mut BytesMut) {
+        Self::encode_annotations(
+            self.header.as_ref(),
+            self.delivery_annotations.as_ref(),
+            self.message_annotations.as_ref(),
+            buf,
+        );
+        if let Some(p) = &self.properties {
+            p.encode(buf);
+        }
+        if let Some(m) = &self.application_properties {
+            encode_map_section(APPLICATION_PROPERTIES, m, buf);
+        }
+        match &self.body {
+            Body::Empty => {}
+            Body::Data(chunks) => {
+                for c in chunks {
+                    section_marker(DATA, buf);
+                    encode::variable(code::VBIN8, code::VBIN32, c, buf);
+                }
+            }
+            Body::Sequence(seqs) => {
+                for s in seqs {
+                    section_marker(AMQP_SEQUENCE, buf);
+                    encode::list(s, buf);
+                }
+            }
+            Body::Value(v) => {
+                section_marker(AMQP_VALUE, buf);
+                v.encode(buf);
+            }
+        }
+        if let Some(m) = &self.footer {
+            encode_map_section(FOOTER, m, buf);
+        }
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        let mut b = BytesMut::new();
+        self.encode(&mut b);
+        b.freeze()
+    }
+}
+
+/// Byte ranges of each section within the raw payload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SectionRanges {
+    pub header: Option<Range<usize>>,
+    pub delivery_annotations: Option<Range<usize>>,
+    pub message_annotations: Option<Range<usize>>,
+    pub properties: Option<Range<usize>>,
+    pub application_properties: Option<Range<usize>>,
+    /// From the first body section to the end of the last one.
+    pub body: Option<Range<usize>>,
+    pub footer: Option<Range<usize>>,
+    /// The bare message: properties, application-properties and body (immutable in transit).
+    pub bare: Range<usize>,
+}
+
+/// A parsed message payload that keeps the original bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageView {
+    raw: Bytes,
+    message: Message,
+    ranges: SectionRanges,
+}
+
+fn map_section(v: Value, name: &'static str) -> Result<Map> {
+    match v {
+        Value::Map(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        _ => Err(AmqpCodecError::InvalidField {
+            composite: name,
+            field: "map",
+        }),
+    }
+}
+
+impl MessageView {
+    /// Parses a complete message payload (all transfer frames of a delivery joined).
+    pub fn parse(raw: Bytes) -> Result<Self> {
+        let cx = Ctx::new(&raw);
+        let mut i: &[u8] = &raw;
+        let mut msg = Message::default();
+        let mut ranges = SectionRanges::default();
+        // Sections must come in spec order; only data/amqp-sequence may repeat.
+        let mut last_code = 0u64;
+        let mut bare_start = None;
+        let mut bare_end = None;
+        while !i.is_empty() {
+            let start = raw.len() - i.len();
+            if i[0] != code::DESCRIBED {
+                return Err(AmqpCodecError::NotASection);
+            }
+            let (rest, d) = finish(descriptor_after_marker(&cx, &i[1..], 0))?;
+            let c = d
+                .code()
+                .filter(|c| (HEADER..=FOOTER).contains(c))
+                .ok_or_else(|| AmqpCodecError::UnknownDescriptor(d.clone()))?;
+            let repeatable = c == last_code && (c == DATA || c == AMQP_SEQUENCE);
+            let body_mix = (DATA..=AMQP_VALUE).contains(&c)
+                && (DATA..=AMQP_VALUE).contains(&last_code)
+                && c != last_code;
+            if (c <= last_code && !repeatable) || body_mix {
+                return Err(AmqpCodecError::SectionOrder(section_name(c)));
+            }
+            last_code = c;
+            let rest = match c {
+                HEADER | PROPERTIES => {
+                    let (rest, mut r) = list_fields(cx, rest, 1, section_name(c))?;
+                    if c == HEADER {
+                        msg.header = Some(Header::decode_fields(&mut r)?);
+                    } else {
+                        msg.properties = Some(Properties::decode_fields(&mut r)?);
+                    }
+                    rest
+                }
+                _ => {
+                    let (rest, v) = finish(decode_value(&cx, rest, 1))?;
+                    let name = section_name(c);
+                    match c {
+                        DELIVERY_ANNOTATIONS => {
+                            msg.delivery_annotations = Some(map_section(v, name)?)
+                        }
+                        MESSAGE_ANNOTATIONS => {
+                            msg.message_annotations = Some(map_section(v, name)?)
+                        }
+                        APPLICATION_PROPERTIES => {
+                            msg.application_properties = Some(map_section(v, name)?)
+                        }
+                        FOOTER => msg.footer = Some(map_section(v, name)?),
+                        DATA => match (&mut msg.body, v) {
+                            (Body::Data(chunks), Value::Binary(b)) => chunks.push(b),
+                            (body @ Body::Empty, Value::Binary(b)) => *body = Body::Data(vec![b]),
+                            _ => return Err(invalid_body(name)),
+                        },
+                        AMQP_SEQUENCE => match (&mut msg.body, v) {
+                            (Body::Sequence(seqs), Value::List(l)) => seqs.push(l),
+                            (body @ Body::Empty, Value::List(l)) => *body = Body::Sequence(vec![l]),
+                            _ => return Err(invalid_body(name)),
+                        },
+                        _ => msg.body = Body::Value(v),
+                    }
+                    rest
+                }
+            };
+            let end = raw.len() - rest.len();
+            let range = Some(start..end);
+            match c {
+                HEADER => ranges.header = range,
+                DELIVERY_ANNOTATIONS => ranges.delivery_annotations = range,
+                MESSAGE_ANNOTATIONS => ranges.message_annotations = range,
+                PROPERTIES => ranges.properties = range,
+                APPLICATION_PROPERTIES => ranges.application_properties = range,
+                FOOTER => ranges.footer = range,
+                _ => {
+                    let body_start = ranges.body.as_ref().map_or(start, |r| r.start);
+                    ranges.body = Some(body_start..end);
+                }
+            }
+            if (PROPERTIES..=AMQP_VALUE).contains(&c) {
+                bare_start.get_or_insert(start);
+                bare_end = Some(end);
+            }
+            i = rest;
+        }
+        let at = ranges.footer.as_ref().map_or(raw.len(), |r| r.start);
+        ranges.bare = bare_start.unwrap_or(at)..bare_end.unwrap_or(at);
+        Ok(MessageView {
+            raw,
+            message: msg,
+            ranges,
+        })
+    }
+
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+    pub fn into_message(self) -> Message {
+        self.message
+    }
+    pub fn ranges(&self) -> &SectionRanges {
+        &self.ranges
+    }
+    pub fn header(&self) -> Option<&Header> {
+        self.message.header.as_ref()
+    }
+    pub fn delivery_annotations(&self) -> Option<&Map> {
+        self.message.delivery_annotations.as_ref()
+    }
+    pub fn message_annotations(&self) -> Option<&Map> {
+        self.message.message_annotations.as_ref()
+    }
+    pub fn properties(&self) -> Option<&Properties> {
+        self.message.properties.as_ref()
+    }
+    pub fn application_properties(&self) -> Option<&Map> {
+        self.message.application_properties.as_ref()
+    }
+    pub fn body(&self) -> &Body {
+        &self.message.body
+    }
+    pub fn footer(&self) -> Option<&Map> {
+        self.message.footer.as_ref()
+    }
+
+    /// The bare message bytes, shared with the payload.
+    pub fn bare_message(&self) -> Bytes {
+        self.raw.slice(self.ranges.bare.clone())
+    }
+
+    /// The bytes after the bare message (the footer, if any), shared with the payload.
+    pub fn tail(&self) -> Bytes {
+        self.raw.slice(self.ranges.bare.end..)
+    }
+
+    /// Re-emits the message with a new header and annotations (`None` = omit the section)
+    /// followed by the original bare message and footer bytes.
+    pub fn encode_with(
+        &self,
+        header: Option<&Header>,
+        delivery_annotations: Option<&Map>,
+        message_annotations: Option<&Map>,
+        buf: &mut BytesMut,
+    ) {
+        Message::encode_annotations(header, delivery_annotations, message_annotations, buf);
+        buf.extend_from_slice(&self.raw[self.ranges.bare.start..]);
+    }
+}
+
+fn invalid_body(name: &'static str) -> AmqpCodecError {
+    AmqpCodecError::InvalidField {
+        composite: name,
+        field: "body",
+    }
+}
+
+fn section_name(c: u64) -> &'static str {
+    match c {
+        HEADER => "header",
+        DELIVERY_ANNOTATIONS => "delivery-annotations",
+        MESSAGE_ANNOTATIONS => "message-annotations",
+        PROPERTIES => "properties",
+        APPLICATION_PROPERTIES => "application-properties",
+        DATA => "data",
+        AMQP_SEQUENCE => "amqp-sequence",
+        AMQP_VALUE => "amqp-value",
+        _ => "footer",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Roughly what Qpid JMS sends for a BytesMessage in a group.
+    pub(crate) fn jms_message(body: Bytes) -> Message {
+        Message {
+            header: Some(Header {
+                durable: true,
+                ..Header::default()
+            }),
+            delivery_annotations: None,
+            message_annotations: Some(vec![(Value::symbol("x-opt-jms-msg-type"), Value::Byte(3))]),
+            properties: Some(Properties {
+                message_id: Some(MessageId::String(Str::from(
+                    "ID:7d8f2c1e-5a4b-4c3d-9e8f-0a1b2c3d4e5f:1:1:1-1",
+                ))),
+                to: Some(Str::from("orders")),
+                content_type: Some(Symbol::from("application/octet-stream")),
+                creation_time: Some(1_700_000_000_000),
+                group_id: Some(Str::from("customer-42")),
+                group_sequence: Some(u32::MAX),
+                ..Properties::default()
+            }),
+            application_properties: Some(vec![
+                (Value::string("region"), Value::string("eu-west")),
+                (Value::string("attempt"), Value::Int(1)),
+            ]),
+            body: Body::Data(vec![body]),
+            footer: None,
+        }
+    }
+
+    #[test]
+    fn view_gives_typed_parts_and_ranges() {
+        let msg = jms_message(Bytes::from(vec![7u8; 256]));
+        let raw = msg.to_bytes();
+        let view = MessageView::parse(raw.clone()).unwrap();
+        assert_eq!(view.message(), &msg);
+        assert_eq!(view.properties().unwrap().group_sequence, Some(u32::MAX));
+        let r = view.ranges();
+        assert_eq!(r.header.as_ref().unwrap().start, 0);
+        assert_eq!(r.bare.start, r.properties.as_ref().unwrap().start);
+        assert_eq!(r.bare.end, raw.len());
+        assert_eq!(r.body.as_ref().unwrap().end, raw.len());
+
+        // The bare message is exactly the encoding of properties + app-properties + body.
+        let bare = Message {
+            header: None,
+            message_annotations: None,
+            ..msg.clone()
+        }
+        .to_bytes();
+        assert_eq!(view.bare_message(), bare);
+
+        // Data body is a slice of the payload, not a copy.
+        let Body::Data(chunks) = view.body() else {
+            panic!()
+        };
+        let p = chunks[0].as_ptr() as usize;
+        assert!(p >= raw.as_ptr() as usize && p < raw.as_ptr() as usize + raw.len());
+
+        // Re-emit with a bumped delivery count: bare bytes unchanged.
+        let header = Header {
+            delivery_count: 3,
+            ..view.header().cloned().unwrap_or_default()
+        };
+        let mut out = BytesMut::new();
+        view.encode_with(Some(&header), None, view.message_annotations(), &mut out);
+        let again = MessageView::parse(out.freeze()).unwrap();
+        assert_eq!(again.header().unwrap().delivery_count, 3);
+        assert_eq!(again.bare_message(), view.bare_message());
+    }
+
+    #[test]
+    fn jms_group_sequence_minus_one() {
+        // properties: 13 fields, group-sequence as uint 0xffffffff, rest null.
+        let mut b = vec![0x00, 0x53, 0x73, 0xc0, 0x11, 0x0c];
+        b.extend_from_slice(&[0x40; 11]);
+        b.extend_from_slice(&[0x70, 0xff, 0xff, 0xff, 0xff]);
+        b.extend_from_slice(&[0x00, 0x53, 0x77, 0x40]);
+        let v = MessageView::parse(Bytes::from(b)).unwrap();
+        assert_eq!(v.properties().unwrap().group_sequence, Some(4_294_967_295));
+        assert_eq!(v.body(), &Body::Value(Value::Null));
+    }
+
+    #[test]
+    fn short_header_takes_defaults() {
+        let b = Bytes::from_static(&[
+            0x00, 0x53, 0x70, 0xc0, 0x02, 0x01, 0x41, 0x00, 0x53, 0x75, 0xa0, 0x00,
+        ]);
+        let v = MessageView::parse(b).unwrap();
+        let h = v.header().unwrap();
+        assert!(h.durable);
+        assert_eq!((h.priority, h.delivery_count, h.ttl), (4, 0, None));
+        assert_eq!(v.body(), &Body::Data(vec![Bytes::new()]));
+    }
+
+    #[test]
+    fn other_bodies_and_footer_round_trip() {
+        for body in [
+            Body::Empty,
+            Body::Value(Value::string("hello")),
+            Body::Sequence(vec![vec![Value::Uint(1)], vec![]]),
+            Body::Data(vec![Bytes::from_static(b"a"), Bytes::from(vec![1u8; 300])]),
+        ] {
+            let msg = Message {
+                delivery_annotations: Some(vec![(Value::symbol("x"), Value::Null)]),
+                footer: Some(vec![(Value::symbol("sig"), Value::Binary(Bytes::new()))]),
+                body,
+                ..Message::default()
+            };
+            let v = MessageView::parse(msg.to_bytes()).unwrap();
+            assert_eq!(v.message(), &msg);
+            assert!(v.ranges().footer.is_some());
+            assert_eq!(v.tail(), v.raw().slice(v.ranges().footer.clone().unwrap()));
+        }
+    }
+
+    #[test]
+    fn section_order_is_enforced() {
+        let props = Properties::default().to_bytes();
+        let header = Header::default().to_bytes();
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&props);
+        b.extend_from_slice(&header);
+        assert!(matches!(
+            MessageView::parse(b.freeze()),
+            Err(AmqpCodecError::SectionOrder("header"))
+        ));
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&props);
+        b.extend_from_slice(&props);
+        assert!(MessageView::parse(b.freeze()).is_err());
+        // data then amqp-value
+        let b = Bytes::from_static(&[0x00, 0x53, 0x75, 0xa0, 0x00, 0x00, 0x53, 0x77, 0x40]);
+        assert!(MessageView::parse(b).is_err());
+        // Not a described section.
+        assert!(matches!(
+            MessageView::parse(Bytes::from_static(&[0x40])),
+            Err(AmqpCodecError::NotASection)
+        ));
+        // Unknown section descriptor.
+        assert!(matches!(
+            MessageView::parse(Bytes::from_static(&[0x00, 0x53, 0x79, 0x40])),
+            Err(AmqpCodecError::UnknownDescriptor(_))
+        ));
+        // data section holding a string.
+        assert!(MessageView::parse(Bytes::from_static(&[0x00, 0x53, 0x75, 0xa1, 0x00])).is_err());
+    }
+
+    fn message_id() -> impl Strategy<Value = MessageId> {
+        prop_oneof![
+            any::<u64>().prop_map(MessageId::Ulong),
+            any::<[u8; 16]>().prop_map(MessageId::Uuid),
+            prop::collection::vec(any::<u8>(), 0..20).prop_map(|v| MessageId::Binary(v.into())),
+            ".{0,20}".prop_map(|s: String| MessageId::String(Str::from(s))),
+        ]
+    }
+
+    fn properties() -> impl Strategy<Value = Properties> {
+        (
+            prop::option::of(message_id()),
+            prop::option::of(message_id()),
+            prop::option::of("[a-z/]{0,12}"),
+            prop::option::of(any::<i64>()),
+            prop::option::of(any::<u32>()),
+            prop::option::of("[a-z]{0,8}"),
+        )
+            .prop_map(|(id, corr, to, ts, seq, group)| Properties {
+                message_id: id,
+                correlation_id: corr,
+                to: to.map(Str::from),
+                reply_to: Some(Str::from("r")),
+                subject: None,
+                user_id: Some(Bytes::from_static(b"u")),
+                content_type: Some(Symbol::from("text/plain")),
+                content_encoding: None,
+                absolute_expiry_time: ts,
+                creation_time: ts,
+                group_id: group.map(Str::from),
+                group_sequence: seq,
+                reply_to_group_id: None,
+            })
+    }
+
+    fn header() -> impl Strategy<Value = Header> {
+        (
+            any::<bool>(),
+            any::<u8>(),
+            prop::option::of(any::<u32>()),
+            any::<bool>(),
+            any::<u32>(),
+        )
+            .prop_map(
+                |(durable, priority, ttl, first_acquirer, delivery_count)| Header {
+                    durable,
+                    priority,
+                    ttl,
+                    first_acquirer,
+                    delivery_count,
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip(h in prop::option::of(header()), p in prop::option::of(properties()),
+                               data in prop::collection::vec(any::<u8>(), 0..400)) {
+            let msg = Message { header: h, properties: p, body: Body::Data(vec![data.into()]), ..Message::default() };
+            let v = MessageView::parse(msg.to_bytes()).unwrap();
+            prop_assert_eq!(v.message(), &msg);
+        }
+
+        #[test]
+        fn arbitrary_payloads_never_panic(b in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = MessageView::parse(Bytes::from(b));
+        }
+
+        #[test]
+        fn mutated_messages_never_panic(i in any::<prop::sample::Index>(), byte in any::<u8>()) {
+            let mut b = jms_message(Bytes::from_static(b"body")).to_bytes().to_vec();
+            let at = i.index(b.len());
+            b[at] = byte;
+            let _ = MessageView::parse(Bytes::from(b));
+        }
+    }
+}
