@@ -6,7 +6,7 @@ use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion
 use tokio_util::codec::{Decoder, Encoder};
 use weir::protocol::amqp::{
     AmqpFrame, AmqpFrameCodec, Body, Frame, Header, Inbound, Message, MessageId, MessageView,
-    Outbound, Performative, Properties, Str, Symbol, Transfer, Value,
+    Outbound, Performative, Properties, ProtocolHeader, Str, Symbol, Transfer, Value,
 };
 
 fn message() -> Message {
@@ -56,7 +56,11 @@ fn transfer(payload: Bytes) -> Outbound {
 fn bench(c: &mut Criterion) {
     let payload = message().to_bytes();
     let mut codec = AmqpFrameCodec::new(1 << 20);
+    // A decoder expects the protocol header first; the frame follows it.
     let mut wire = BytesMut::new();
+    codec
+        .encode(Outbound::Header(ProtocolHeader::AMQP), &mut wire)
+        .unwrap();
     codec.encode(transfer(payload.clone()), &mut wire).unwrap();
     let wire = wire.freeze();
 
