@@ -4,9 +4,10 @@
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tokio_util::codec::{Decoder, Encoder};
+use weir::protocol::amqp::codec::decode_frame;
 use weir::protocol::amqp::{
     AmqpFrame, AmqpFrameCodec, Body, Frame, Header, Inbound, Message, MessageId, MessageView,
-    Outbound, Performative, Properties, Str, Symbol, Transfer, Value,
+    Outbound, Performative, Properties, ProtocolHeader, Str, Symbol, Transfer, Value,
 };
 
 fn message() -> Message {
@@ -56,7 +57,11 @@ fn transfer(payload: Bytes) -> Outbound {
 fn bench(c: &mut Criterion) {
     let payload = message().to_bytes();
     let mut codec = AmqpFrameCodec::new(1 << 20);
+    // A decoder expects the protocol header first; the frame follows it.
     let mut wire = BytesMut::new();
+    codec
+        .encode(Outbound::Header(ProtocolHeader::AMQP), &mut wire)
+        .unwrap();
     codec.encode(transfer(payload.clone()), &mut wire).unwrap();
     let wire = wire.freeze();
 
@@ -73,6 +78,21 @@ fn bench(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+
+    // Parse cost alone: the frame is already cut out of the read buffer.
+    let frame = wire.slice(8..);
+    g.bench_function("parse_cut_frame", |b| {
+        b.iter(|| black_box(decode_frame(black_box(frame.clone())).unwrap()))
+    });
+    g.bench_function("parse_cut_frame_and_message", |b| {
+        b.iter(|| {
+            let Inbound::Frame(Frame::Amqp(f)) = decode_frame(black_box(frame.clone())).unwrap()
+            else {
+                unreachable!()
+            };
+            black_box(MessageView::parse(f.payload).unwrap())
+        })
     });
 
     g.bench_function("decode_frame_and_message", |b| {

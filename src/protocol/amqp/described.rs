@@ -390,14 +390,7 @@ impl<'b> ListWriter<'b> {
     }
 
     pub(crate) fn map(&mut self, v: Option<&Map>) {
-        self.opt(v, |m, b| {
-            encode::compound(b, code::MAP8, code::MAP32, m.len() * 2, |b| {
-                for (k, v) in m {
-                    k.encode(b);
-                    v.encode(b);
-                }
-            })
-        })
+        self.opt(v, |m, b| encode::map(m, b))
     }
 
     pub(crate) fn composite<T: Composite>(&mut self, v: Option<&T>) {

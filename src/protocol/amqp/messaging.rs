@@ -197,7 +197,8 @@ pub struct Message {
 }
 
 fn encode_map_section(code: u64, m: &Map, buf: &mut BytesMut) {
-    Value::described(Descriptor::Code(code), Value::Map(m.clone())).encode(buf);
+    section_marker(code, buf);
+    encode::map(m, buf);
 }
 
 fn section_marker(code: u64, buf: &mut BytesMut) {

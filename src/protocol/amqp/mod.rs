@@ -26,4 +26,4 @@ pub use performatives::{
 pub use sasl::{
     SaslChallenge, SaslCode, SaslFrame, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse,
 };
-pub use types::{Array, Described, Descriptor, Map, Str, Symbol, TypeCode, Value};
+pub use types::{map_get, Array, Described, Descriptor, Map, Str, Symbol, TypeCode, Value};

@@ -566,6 +566,62 @@ mod tests {
         assert_eq!(&flow.to_bytes()[..], &b[..]);
     }
 
+    /// A receiver attach written by hand from the spec in the long forms some Java clients
+    /// use: list32 outer list, symbolic source descriptor, explicit ubyte settle modes.
+    #[test]
+    fn golden_attach_long_forms() {
+        let sym = |s: &str| {
+            let mut v = vec![0xa3, s.len() as u8];
+            v.extend_from_slice(s.as_bytes());
+            v
+        };
+        let mut source_fields = vec![0xa1, 0x01, b'q', 0x43];
+        source_fields.extend(sym("link-detach"));
+        source_fields.extend([0x43, 0x42, 0x40, 0x40, 0x40]);
+        source_fields.extend([0x00, 0x53, 0x27, 0xc0, 0x02, 0x01, 0x41]); // modified(delivery-failed)
+        source_fields.extend([0xe0, 0x28, 0x02, 0xa3, 0x12]);
+        source_fields.extend(b"amqp:accepted:list");
+        source_fields.push(0x12);
+        source_fields.extend(b"amqp:rejected:list");
+        source_fields.extend(sym("queue"));
+        let mut source = vec![0x00];
+        source.extend(sym("amqp:source:list"));
+        source.extend([0xc0, source_fields.len() as u8 + 1, 0x0b]);
+        source.extend(source_fields);
+
+        let mut fields = vec![0xa1, 0x01, b'r', 0x43, 0x41, 0x50, 0x00, 0x50, 0x00];
+        fields.extend(source);
+        fields.extend([0x00, 0x53, 0x29, 0x45]);
+        let mut b = vec![0x00, 0x53, 0x12, 0xd0];
+        b.extend((fields.len() as u32 + 4).to_be_bytes());
+        b.extend(7u32.to_be_bytes());
+        b.extend(fields);
+
+        let Performative::Attach(a) = decode(&b).unwrap() else {
+            panic!()
+        };
+        let mut expected = Attach::new("r", 0, Role::Receiver);
+        expected.snd_settle_mode = SenderSettleMode::Unsettled;
+        expected.source = Some(Source {
+            address: Some(Str::from("q")),
+            expiry_policy: ExpiryPolicy::LinkDetach,
+            default_outcome: Some(DeliveryState::Modified {
+                delivery_failed: true,
+                undeliverable_here: false,
+                message_annotations: None,
+            }),
+            outcomes: syms(&["amqp:accepted:list", "amqp:rejected:list"]),
+            capabilities: syms(&["queue"]),
+            ..Source::default()
+        });
+        expected.target = Some(TargetKind::Target(Target::default()));
+        assert_eq!(*a, expected);
+        // Our encoding is more compact but means the same.
+        let ours = expected.to_bytes();
+        assert!(ours.len() < b.len());
+        assert_eq!(decode(&ours).unwrap(), expected.into());
+    }
+
     #[test]
     fn short_lists_take_defaults() {
         // attach: name "lnk", handle 0, role receiver; everything else absent.

@@ -51,14 +51,7 @@ pub(crate) fn value(v: &Value, buf: &mut BytesMut) {
         Value::String(s) => variable(code::STR8, code::STR32, s.as_bytes(), buf),
         Value::Symbol(s) => variable(code::SYM8, code::SYM32, s.as_bytes(), buf),
         Value::List(items) => list(items, buf),
-        Value::Map(pairs) => {
-            compound(buf, code::MAP8, code::MAP32, pairs.len() * 2, |buf| {
-                for (k, v) in pairs {
-                    value(k, buf);
-                    value(v, buf);
-                }
-            });
-        }
+        Value::Map(pairs) => map(pairs, buf),
         Value::Array(a) => array(a, buf),
         Value::Described(d) => {
             descriptor(&d.descriptor, buf);
@@ -117,6 +110,15 @@ pub(crate) fn variable(small: u8, large: u8, data: &[u8], buf: &mut BytesMut) {
         }
     }
     buf.put_slice(data);
+}
+
+pub(crate) fn map(pairs: &[(Value, Value)], buf: &mut BytesMut) {
+    compound(buf, code::MAP8, code::MAP32, pairs.len() * 2, |buf| {
+        for (k, v) in pairs {
+            value(k, buf);
+            value(v, buf);
+        }
+    });
 }
 
 pub(crate) fn list(items: &[Value], buf: &mut BytesMut) {

@@ -186,6 +186,14 @@ pub struct Described {
 /// A map in wire order (AMQP maps are ordered and the broker forwards them unchanged).
 pub type Map = Vec<(Value, Value)>;
 
+/// The value under a string or symbol key (annotation maps use symbols, application
+/// properties strings); linear, as these maps are small.
+pub fn map_get<'m>(map: &'m Map, key: &str) -> Option<&'m Value> {
+    map.iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
 /// The primitive type of array elements (the array shares one constructor for all of them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TypeCode {
@@ -322,6 +330,31 @@ impl Value {
 
     pub fn described(descriptor: Descriptor, value: Value) -> Self {
         Value::Described(Box::new(Described { descriptor, value }))
+    }
+
+    /// Text of a string or symbol.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::String(s) => Some(s.as_str()),
+            Value::Symbol(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Any integer type widened to i64 (ulong above i64::MAX gives `None`). Handy for
+    /// annotations such as `x-opt-delivery-delay`, which clients send as long or int.
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Value::Ubyte(v) => Some(v.into()),
+            Value::Ushort(v) => Some(v.into()),
+            Value::Uint(v) => Some(v.into()),
+            Value::Ulong(v) => i64::try_from(v).ok(),
+            Value::Byte(v) => Some(v.into()),
+            Value::Short(v) => Some(v.into()),
+            Value::Int(v) => Some(v.into()),
+            Value::Long(v) | Value::Timestamp(v) => Some(v),
+            _ => None,
+        }
     }
 
     pub fn string(s: &str) -> Self {

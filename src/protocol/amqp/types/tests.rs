@@ -104,6 +104,22 @@ fn described_with_symbolic_descriptor() {
 }
 
 #[test]
+fn accessors() {
+    let m: Map = vec![
+        (Value::symbol("x-opt-delivery-delay"), Value::Long(5000)),
+        (Value::string("color"), Value::string("red")),
+    ];
+    assert_eq!(
+        map_get(&m, "x-opt-delivery-delay").and_then(Value::as_i64),
+        Some(5000)
+    );
+    assert_eq!(map_get(&m, "color").and_then(Value::as_str), Some("red"));
+    assert!(map_get(&m, "nope").is_none());
+    assert_eq!(Value::Ulong(u64::MAX).as_i64(), None);
+    assert_eq!(Value::Int(-3).as_i64(), Some(-3));
+}
+
+#[test]
 fn strings_share_the_input_buffer() {
     let input = Bytes::from_static(&[0xa1, 0x03, b'a', b'b', b'c']);
     let v = Value::decode_exact(&input).unwrap();
