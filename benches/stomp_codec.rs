@@ -73,7 +73,9 @@ fn bench_encode(c: &mut Criterion) {
             let frame = make(body);
             let mut encoder = codec();
             let mut dst = BytesMut::new();
-            encoder.encode(&frame, &mut dst).expect("benchmark frame encodes");
+            encoder
+                .encode(&frame, &mut dst)
+                .expect("benchmark frame encodes");
             group.throughput(throughput(body, dst.len()));
             group.bench_function(format!("{kind}/{label}"), |b| {
                 b.iter(|| {
