@@ -539,3 +539,31 @@ async fn shared_volatile_subscription_and_temporary_queue() {
     drop(temp);
     assert!(broker.queue(&name).is_none());
 }
+
+#[tokio::test]
+async fn undeliverable_here_goes_to_another_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let a = broker
+        .subscribe("u", RoutingType::Anycast, window(10), tx.clone())
+        .unwrap();
+    broker
+        .publish(msg("u", "x", None), RoutingType::Anycast)
+        .unwrap();
+    let d = drain(&mut rx).pop().unwrap();
+    d.queue
+        .release(d.consumer, d.seq, Release::NotHere)
+        .unwrap();
+    assert!(
+        drain(&mut rx).is_empty(),
+        "not back to the consumer that refused it"
+    );
+    let b = broker
+        .subscribe("u", RoutingType::Anycast, window(10), tx.clone())
+        .unwrap();
+    let again = drain(&mut rx);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].consumer, b.consumer());
+    drop(a);
+}

@@ -240,6 +240,7 @@ impl Queue {
                         delivery_count,
                         persisted: durable,
                         lane,
+                        avoid: None,
                     },
                     owner,
                 );
@@ -280,6 +281,7 @@ impl Queue {
                             delivery_count: stored.delivery_count,
                             persisted: true,
                             lane,
+                            avoid: None,
                         },
                         None,
                     );
@@ -498,15 +500,17 @@ impl Queue {
                 Some(f) if f.consumer == consumer => {
                     if let Some(flight) = Self::take_in_flight(&mut st, seq) {
                         Self::refill(&mut st, consumer);
+                        let mut entry = flight.entry;
                         if how == Release::NotHere {
-                            if let Some(lane) = &flight.entry.lane {
+                            entry.avoid = Some(consumer);
+                            if let Some(lane) = &entry.lane {
                                 if st.groups.owner(lane) == Some(consumer) {
                                     st.groups.unbind(lane);
                                     st.ready.rebind(lane, Some(consumer), None);
                                 }
                             }
                         }
-                        self.return_entry(&mut st, flight.entry, how, &mut after);
+                        self.return_entry(&mut st, entry, how, &mut after);
                     }
                     self.dispatch(&mut st, &mut after);
                     Ok(())
@@ -625,6 +629,12 @@ impl Queue {
             if entry.message.is_expired_at(now) {
                 self.forget(&entry);
                 after.diverted.push((entry.message, Diversion::Expired));
+                continue;
+            }
+            if entry.avoid == Some(consumer) {
+                // Put it back for someone else; this consumer sits out this round.
+                st.ready.push(entry, owner);
+                starved[index] = true;
                 continue;
             }
             let mut group_first = false;
@@ -777,6 +787,7 @@ impl Queue {
                             delivery_count: stored.delivery_count,
                             persisted: true,
                             lane,
+                            avoid: None,
                         },
                         owner,
                     );

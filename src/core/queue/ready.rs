@@ -21,6 +21,9 @@ pub struct Entry {
     pub persisted: bool,
     /// Its group's lane, when grouped.
     pub lane: Option<Arc<str>>,
+    /// A consumer that declared it cannot take this message (AMQP
+    /// undeliverable-here); it goes to any other.
+    pub avoid: Option<ConsumerId>,
 }
 
 /// Higher priority first, then arrival.
@@ -220,6 +223,7 @@ mod tests {
             delivery_count: 0,
             persisted: false,
             lane: lane.map(Arc::from),
+            avoid: None,
         }
     }
 
