@@ -9,6 +9,7 @@ pub mod grouping;
 pub mod message;
 pub mod persist;
 pub mod queue;
+pub mod schedule;
 pub mod settings;
 
 pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};
