@@ -388,3 +388,58 @@ fn kill_9_then_restart_delivers_each_exactly_once() {
         "every durable delayed message survived kill -9"
     );
 }
+
+fn weir_schedule(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("schedule")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_lists_cancels_and_reschedules_on_a_stopped_broker() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let broker = Broker::start(dir.path(), None);
+    let mut producer = Stomp::connect(broker.addr);
+    for body in ["a", "b", "c"] {
+        let r = producer.send(
+            "/queue/audit",
+            &[("persistent", "true"), ("delay", "600")],
+            body,
+        );
+        assert_eq!(r.command, "RECEIPT");
+    }
+    let (ok, _, err) = weir_schedule(&["list", "--data-dir", data]);
+    assert!(!ok);
+    assert!(err.contains("in use"), "clear message while running: {err}");
+    broker.kill9();
+
+    let (ok, out, err) = weir_schedule(&["list", "--data-dir", data, "--queue", "audit"]);
+    assert!(ok, "{err}");
+    let keys: Vec<String> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert_eq!(keys.len(), 3, "{out}");
+    let (ok, _, err) = weir_schedule(&["cancel", "--data-dir", data, &keys[0]]);
+    assert!(ok, "{err}");
+    let (ok, _, err) = weir_schedule(&["reschedule", "--data-dir", data, &keys[1], "--in", "0s"]);
+    assert!(ok, "{err}");
+    let (ok, _, _) = weir_schedule(&["cancel", "--data-dir", data, &keys[0]]);
+    assert!(!ok, "cancelled twice");
+
+    let broker = Broker::start(dir.path(), None);
+    let mut consumer = Stomp::connect(broker.addr);
+    consumer.subscribe("/queue/audit", "auto");
+    let got = consumer.messages(2, Duration::from_secs(2));
+    let bodies: Vec<&str> = got.iter().map(|(f, _)| f.body.as_str()).collect();
+    assert_eq!(bodies, ["b"], "a cancelled, b now, c still waiting");
+}
