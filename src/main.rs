@@ -1,5 +1,9 @@
 //! The `weir` command: `weir serve` runs the broker.
 
+mod admin {
+    pub mod schedule;
+}
+
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -22,6 +26,8 @@ struct Cli {
 enum Command {
     /// Run the broker (with the embedded default config unless --config is given).
     Serve(ServeArgs),
+    /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
+    Schedule(admin::schedule::ScheduleArgs),
 }
 
 #[derive(Args)]
@@ -50,6 +56,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Schedule(args) => admin::schedule::run(args),
     }
 }
 

@@ -11,6 +11,7 @@ pub mod message;
 pub mod persist;
 pub mod queue;
 pub mod selector;
+pub mod schedule;
 pub mod settings;
 
 pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};

@@ -6,6 +6,7 @@ mod sniff;
 use crate::config::{self, Config, Listener, Protocol};
 use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
+use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::{Broker, BrokerOptions, CoreError};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
@@ -25,6 +26,8 @@ pub enum ServerError {
     Store { path: String, source: StoreError },
     #[error("cannot recover the broker: {0}")]
     Core(#[from] CoreError),
+    #[error("cannot recover the delay schedule: {0}")]
+    Schedule(#[from] ScheduleError),
     #[error("cannot listen on {addr} ({name}): {source}")]
     Bind {
         name: String,
@@ -54,7 +57,8 @@ pub fn store_options(config: &Config) -> StoreOptions {
     }
 }
 
-/// Opens the store and recovers the broker from it.
+/// Opens the store and recovers the broker from it, with its delay schedule
+/// (whose timer runs on the current Tokio runtime).
 pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
     let dir = config.data_dir();
     std::fs::create_dir_all(dir).map_err(|source| ServerError::DataDir {
@@ -89,6 +93,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
                 .collect(),
         },
     )?;
+    broker.set_scheduler(Schedule::open(&broker, ScheduleOptions::default())?);
     Ok(broker)
 }
 

@@ -1,0 +1,601 @@
+//! Delayed delivery for the whole broker: one task sleeping until the next due
+//! time, a bounded window of upcoming entries in memory, and everything else in
+//! the `scheduled` column family (key = due ms ++ queue ++ seq), paged in by
+//! range scan as time advances. Millions of waiting messages cost disk, not RAM.
+//!
+//! The window holds *every* entry with a key up to `bound`; entries past it are
+//! on disk only. An insert at or below `bound` goes to the window (evicting the
+//! latest entry when full, which lowers `bound`), one past it goes to disk only.
+//! Paging in first waits for a write barrier, so a scan sees every entry whose
+//! write was submitted before; entries arriving during the scan are kept aside
+//! and merged, so the cursor never skips one.
+//!
+//! Durable entries (persistent message or durable queue) are written when
+//! scheduled; the producer's receipt waits for that write. Non-durable entries
+//! stay in memory while they fit in the window and are spilled to disk when
+//! evicted; they are lost on restart (records from an earlier run without the
+//! durable flag are deleted when met). A due entry moves into its queue in one
+//! atomic write with the deletion of its record, so a crash neither loses nor
+//! duplicates it.
+
+mod stored;
+#[cfg(test)]
+mod tests;
+
+pub use stored::{
+    cancel as cancel_stored, format_key, list as list_stored, next_key, parse_key, queue_names,
+    read as read_stored, reschedule as reschedule_stored, ScheduledMessage, FIRST_KEY,
+};
+
+use super::broker::{Broker, DelayedDelivery};
+use super::message::{now_ms, Message};
+use super::persist::{self, DecodeError};
+use super::queue::Queue;
+use crate::store::{Completion, Op, ScheduleKey, Store, StoreError};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::Notify;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Write(#[from] Arc<StoreError>),
+    #[error("no scheduled message {0}")]
+    NotFound(String),
+    #[error("scheduled message {key} is unreadable: {source}")]
+    Corrupt { key: String, source: DecodeError },
+    #[error("the schedule needs a Tokio runtime to run its timer")]
+    NoRuntime,
+}
+
+#[derive(Debug, Clone)]
+pub struct ScheduleOptions {
+    /// Entries held in memory at most; the rest wait on disk.
+    pub window: usize,
+}
+
+impl Default for ScheduleOptions {
+    fn default() -> Self {
+        Self { window: 16_384 }
+    }
+}
+
+const MAX_KEY: ScheduleKey = ScheduleKey {
+    due_ms: u64::MAX,
+    queue: u32::MAX,
+    seq: u64::MAX,
+};
+
+/// Due entries moved per pass before the timer yields to other tasks.
+const DELIVER_BATCH: usize = 1024;
+
+#[derive(Clone)]
+struct Waiting {
+    queue: u32,
+    message: Arc<Message>,
+    delivery_count: u32,
+    durable: bool,
+    /// Its record has been submitted to the store (durable, or spilled).
+    on_disk: bool,
+}
+
+struct Window {
+    entries: BTreeMap<ScheduleKey, Waiting>,
+    /// Every entry with a key up to here is in `entries`.
+    bound: ScheduleKey,
+    /// A page-in is scanning the disk past `bound`.
+    paging: bool,
+    /// Entries past `bound` that arrived during a page-in (also on disk).
+    arrived: Vec<(ScheduleKey, Waiting)>,
+}
+
+struct Inner {
+    store: Store,
+    window: Mutex<Window>,
+    capacity: usize,
+    wake: Notify,
+    next_seq: AtomicU64,
+    /// Sequences below this were issued by an earlier run of the broker.
+    boot_seq: u64,
+    /// Held while paging in, and by auditor operations on entries that are
+    /// on disk only, so neither acts on a half-moved bound.
+    paging: tokio::sync::Mutex<()>,
+    closed: AtomicBool,
+    timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// The broker's delay schedule. Install it with [`Broker::set_scheduler`].
+pub struct Schedule {
+    inner: Arc<Inner>,
+}
+
+impl Schedule {
+    /// Loads the first window from disk and starts the timer task on the
+    /// current Tokio runtime. Entries that fell due while the broker was down
+    /// are delivered at once, in due-time order.
+    pub fn open(broker: &Broker, options: ScheduleOptions) -> Result<Arc<Schedule>, ScheduleError> {
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|_| ScheduleError::NoRuntime)?;
+        let capacity = options.window.max(2);
+        // Sequences are unique across restarts without a stored high-water
+        // mark: a run would have to issue 2^20 of them per millisecond of its
+        // life to reach the next run's start.
+        let boot_seq = now_ms() << 20;
+        let inner = Arc::new(Inner {
+            store: broker.store().clone(),
+            window: Mutex::new(Window {
+                entries: BTreeMap::new(),
+                bound: stored::BARRIER_KEY,
+                paging: false,
+                arrived: Vec::new(),
+            }),
+            capacity,
+            wake: Notify::new(),
+            next_seq: AtomicU64::new(boot_seq),
+            boot_seq,
+            paging: tokio::sync::Mutex::new(()),
+            closed: AtomicBool::new(false),
+            timer: Mutex::new(None),
+        });
+        // Nothing else writes the scheduled family yet: no barrier needed.
+        let page = inner.store.scan_scheduled(FIRST_KEY, capacity)?;
+        let loaded = inner.load(broker, page, capacity);
+        inner.merge(loaded);
+        let schedule = Arc::new(Schedule { inner });
+        let timer = runtime.spawn(run(schedule.inner.clone(), broker.clone()));
+        *schedule.inner.timer.lock() = Some(timer);
+        Ok(schedule)
+    }
+
+    /// Stops the timer, which holds a broker handle (and so the store) until
+    /// then; durable entries stay on disk for the next start.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::Release);
+        self.inner.wake.notify_one();
+    }
+
+    /// [`close`](Self::close), then waits for the timer to let go of the broker.
+    pub async fn shutdown(&self) {
+        self.close();
+        let timer = self.inner.timer.lock().take();
+        if let Some(timer) = timer {
+            let _ = timer.await;
+        }
+    }
+
+    /// Entries held in memory now.
+    pub fn in_memory(&self) -> usize {
+        self.inner.window.lock().entries.len()
+    }
+
+    /// Up to `limit` of `queue`'s waiting messages with key >= `from`, by due time.
+    pub async fn list(
+        &self,
+        queue: u32,
+        from: ScheduleKey,
+        limit: usize,
+    ) -> Result<Vec<ScheduledMessage>, ScheduleError> {
+        let _paging = self.inner.paging.lock().await;
+        self.inner.barrier().await?;
+        let mut merged: BTreeMap<ScheduleKey, ScheduledMessage> = BTreeMap::new();
+        {
+            let window = self.inner.window.lock();
+            for (key, w) in window.entries.range(from..) {
+                if w.queue == queue {
+                    merged.insert(*key, w.to_scheduled(*key));
+                }
+                if merged.len() >= limit {
+                    break;
+                }
+            }
+        }
+        // On-disk entries of the window are also in `merged`; the disk copy
+        // of one being delivered right now may still show: an audit is a snapshot.
+        for entry in stored::list(&self.inner.store, Some(queue), from, limit)? {
+            merged.entry(entry.key).or_insert(entry);
+        }
+        Ok(merged.into_values().take(limit).collect())
+    }
+
+    /// Removes a waiting message; it will not be delivered.
+    pub async fn cancel(&self, key: ScheduleKey) -> Result<ScheduledMessage, ScheduleError> {
+        let _paging = self.inner.paging.lock().await;
+        match self.inner.take(key)? {
+            Some(w) => {
+                let entry = w.to_scheduled(key);
+                if w.on_disk {
+                    self.inner
+                        .store
+                        .submit(Op::DeleteScheduled { key })
+                        .wait()
+                        .await?;
+                }
+                Ok(entry)
+            }
+            None => {
+                self.inner.barrier().await?;
+                stored::cancel(&self.inner.store, key).await
+            }
+        }
+    }
+
+    /// Moves a waiting message to another due time (in the past: deliver now).
+    /// Returns its new key.
+    pub async fn reschedule(
+        &self,
+        key: ScheduleKey,
+        new_due_ms: u64,
+    ) -> Result<ScheduleKey, ScheduleError> {
+        let _paging = self.inner.paging.lock().await;
+        let entry = match self.inner.take(key)? {
+            Some(w) => w.to_scheduled(key),
+            None => {
+                self.inner.barrier().await?;
+                stored::read(&self.inner.store, key)?
+                    .ok_or_else(|| ScheduleError::NotFound(format_key(&key)))?
+            }
+        };
+        // The queue's durability is not known here: an entry on disk stays on disk.
+        let moved = stored::moved(entry, new_due_ms);
+        let new_key = moved.key;
+        let completion = self.inner.store.submit_all(vec![
+            Op::DeleteScheduled { key },
+            Op::PutScheduled {
+                key: new_key,
+                record: persist::encode(&moved.message, moved.delivery_count),
+            },
+        ]);
+        self.inner.insert(
+            new_key,
+            Waiting {
+                queue: new_key.queue,
+                message: moved.message,
+                delivery_count: moved.delivery_count,
+                durable: moved.durable,
+                on_disk: true,
+            },
+        );
+        completion.wait().await?;
+        Ok(new_key)
+    }
+}
+
+impl Drop for Schedule {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl DelayedDelivery for Schedule {
+    fn schedule(
+        &self,
+        queue: &Arc<Queue>,
+        message: Arc<Message>,
+        delivery_count: u32,
+    ) -> Completion {
+        let Some(due_ms) = message.due_at else {
+            return queue.publish_counted(message, delivery_count);
+        };
+        let durable = message.durable || queue.settings().durable;
+        let key = ScheduleKey {
+            due_ms,
+            queue: queue.id(),
+            seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
+        };
+        // Submitted before the entry is visible to the timer, so the delete
+        // that moves it into its queue always follows this put.
+        let completion = if durable {
+            self.inner.store.submit(Op::PutScheduled {
+                key,
+                record: persist::encode(&message, delivery_count),
+            })
+        } else {
+            Completion::ready()
+        };
+        self.inner.insert(
+            key,
+            Waiting {
+                queue: key.queue,
+                message,
+                delivery_count,
+                durable,
+                on_disk: durable,
+            },
+        );
+        completion
+    }
+}
+
+impl Waiting {
+    fn to_scheduled(&self, key: ScheduleKey) -> ScheduledMessage {
+        ScheduledMessage {
+            key,
+            message: self.message.clone(),
+            delivery_count: self.delivery_count,
+            durable: self.durable,
+        }
+    }
+}
+
+/// Entries read from disk, decoded outside the window lock.
+struct Loaded {
+    entries: Vec<(ScheduleKey, Waiting)>,
+    /// The last key read, when the page was full (more may follow on disk).
+    more_after: Option<ScheduleKey>,
+}
+
+impl Inner {
+    fn insert(&self, key: ScheduleKey, mut w: Waiting) {
+        let mut window = self.window.lock();
+        if key <= window.bound {
+            let earliest = window
+                .entries
+                .first_key_value()
+                .is_none_or(|(k, _)| key < *k);
+            window.entries.insert(key, w);
+            if !window.paging {
+                self.evict(&mut window);
+            }
+            drop(window);
+            if earliest {
+                self.wake.notify_one();
+            }
+        } else {
+            if !w.on_disk {
+                self.spill(key, &w);
+                w.on_disk = true;
+            }
+            if window.paging {
+                window.arrived.push((key, w));
+            }
+        }
+    }
+
+    /// Drops the latest entries until the window fits, lowering its bound.
+    fn evict(&self, window: &mut Window) {
+        if window.entries.len() <= self.capacity {
+            return;
+        }
+        while window.entries.len() > self.capacity {
+            let Some((key, w)) = window.entries.pop_last() else {
+                break;
+            };
+            if !w.on_disk {
+                self.spill(key, &w);
+            }
+        }
+        if let Some((last, _)) = window.entries.last_key_value() {
+            window.bound = window.bound.min(*last);
+        }
+    }
+
+    fn spill(&self, key: ScheduleKey, w: &Waiting) {
+        self.store.submit_detached(Op::PutScheduled {
+            key,
+            record: persist::encode(&w.message, w.delivery_count),
+        });
+    }
+
+    /// The entry under `key` out of the window; `Ok(None)` when it may be on
+    /// disk only. Call with `paging` held.
+    fn take(&self, key: ScheduleKey) -> Result<Option<Waiting>, ScheduleError> {
+        let mut window = self.window.lock();
+        match window.entries.remove(&key) {
+            Some(w) => Ok(Some(w)),
+            // At or below the bound and not in memory: delivered or never there.
+            None if key <= window.bound => Err(ScheduleError::NotFound(format_key(&key))),
+            None => Ok(None),
+        }
+    }
+
+    /// Resolves once every write submitted before it is applied.
+    async fn barrier(&self) -> Result<(), ScheduleError> {
+        self.store
+            .submit(Op::DeleteScheduled {
+                key: stored::BARRIER_KEY,
+            })
+            .wait()
+            .await?;
+        Ok(())
+    }
+
+    /// Decodes a page read from disk; forgets non-durable entries of an
+    /// earlier run (documented as lost on restart) and unreadable ones.
+    fn load(&self, broker: &Broker, page: Vec<(ScheduleKey, bytes::Bytes)>, want: usize) -> Loaded {
+        let more_after = (page.len() >= want)
+            .then(|| page.last().map(|(k, _)| *k))
+            .flatten();
+        let mut entries = Vec::with_capacity(page.len());
+        for (key, record) in page {
+            let entry = match stored::decode(key, record) {
+                Ok(entry) => entry,
+                Err(e) => {
+                    tracing::error!(error = %e, "dropping unreadable scheduled message");
+                    self.store.submit_detached(Op::DeleteScheduled { key });
+                    continue;
+                }
+            };
+            let queue = broker.queue_by_id(key.queue);
+            let durable = entry.durable || queue.is_some_and(|q| q.settings().durable);
+            if !durable && key.seq < self.boot_seq {
+                self.store.submit_detached(Op::DeleteScheduled { key });
+                continue;
+            }
+            entries.push((
+                key,
+                Waiting {
+                    queue: key.queue,
+                    message: entry.message,
+                    delivery_count: entry.delivery_count,
+                    durable,
+                    on_disk: true,
+                },
+            ));
+        }
+        Loaded {
+            entries,
+            more_after,
+        }
+    }
+
+    /// Adds a loaded page to the window and moves the bound past it.
+    fn merge(&self, loaded: Loaded) {
+        let bound = loaded.more_after.unwrap_or(MAX_KEY);
+        let mut window = self.window.lock();
+        for (key, w) in loaded.entries {
+            window.entries.insert(key, w);
+        }
+        for (key, w) in std::mem::take(&mut window.arrived) {
+            if key <= bound {
+                window.entries.insert(key, w);
+            }
+        }
+        window.bound = bound;
+        window.paging = false;
+        self.evict(&mut window);
+    }
+
+    /// Refills the window from disk when it runs low. False when that failed.
+    async fn page_in(&self, broker: &Broker) -> bool {
+        let low = self.capacity / 2;
+        {
+            let window = self.window.lock();
+            if window.bound == MAX_KEY || window.entries.len() > low {
+                return true;
+            }
+        }
+        let _paging = self.paging.lock().await;
+        let (from, want) = {
+            let mut window = self.window.lock();
+            if window.bound == MAX_KEY || window.entries.len() > low {
+                return true;
+            }
+            window.paging = true;
+            window.arrived.clear();
+            (next_key(window.bound), self.capacity - window.entries.len())
+        };
+        let page = match self.barrier().await {
+            Ok(()) => {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.scan_scheduled(from, want))
+                    .await
+                    .unwrap_or(Err(StoreError::Closed))
+                    .map_err(ScheduleError::from)
+            }
+            Err(e) => Err(e),
+        };
+        match page {
+            Ok(page) => {
+                let loaded = self.load(broker, page, want);
+                self.merge(loaded);
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "paging in scheduled messages failed");
+                let mut window = self.window.lock();
+                // Arrivals past the bound are on disk; the next page-in finds them.
+                window.arrived.clear();
+                window.paging = false;
+                false
+            }
+        }
+    }
+
+    /// Takes up to `limit` entries due at or before `now`.
+    fn pop_due(&self, now: u64, limit: usize) -> Vec<(ScheduleKey, Waiting)> {
+        let mut window = self.window.lock();
+        let mut due = Vec::new();
+        while due.len() < limit {
+            match window.entries.first_entry() {
+                Some(first) if first.key().due_ms <= now => due.push(first.remove_entry()),
+                _ => break,
+            }
+        }
+        due
+    }
+
+    /// What the timer does next: page in now, or sleep until a due time (or until woken).
+    fn next_step(&self) -> Next {
+        let window = self.window.lock();
+        if window.bound != MAX_KEY && window.entries.len() <= self.capacity / 2 {
+            return Next::PageIn;
+        }
+        match window.entries.first_key_value() {
+            Some((key, _)) => Next::At(key.due_ms),
+            None => Next::Idle,
+        }
+    }
+
+    fn deliver(&self, broker: &Broker, key: ScheduleKey, w: Waiting) {
+        let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
+        match broker.queue_by_id(w.queue) {
+            Some(queue) => {
+                // Nobody waits: the producer's receipt went out when it was scheduled.
+                drop(queue.publish_moving(w.message, w.delivery_count, delete));
+            }
+            None => {
+                tracing::debug!(
+                    queue = w.queue,
+                    "scheduled message for a deleted queue dropped"
+                );
+                if let Some(op) = delete {
+                    self.store.submit_detached(op);
+                }
+            }
+        }
+    }
+}
+
+/// The timer: sleeps until the earliest due time or until woken by an earlier
+/// arrival, then moves what is due into its queues.
+async fn run(inner: Arc<Inner>, broker: Broker) {
+    while !inner.closed.load(Ordering::Acquire) {
+        if !inner.page_in(&broker).await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let due = inner.pop_due(now_ms(), DELIVER_BATCH);
+        let more = due.len() >= DELIVER_BATCH;
+        for (key, w) in due {
+            inner.deliver(&broker, key, w);
+        }
+        if more {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        match inner.next_step() {
+            Next::PageIn => continue,
+            Next::At(due_ms) => {
+                let wait = until(due_ms);
+                if wait.is_zero() {
+                    continue;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = inner.wake.notified() => {}
+                }
+            }
+            Next::Idle => inner.wake.notified().await,
+        }
+    }
+}
+
+enum Next {
+    PageIn,
+    At(u64),
+    Idle,
+}
+
+/// Time from now until `due_ms`, to the microsecond so the timer is not a
+/// millisecond late by rounding.
+fn until(due_ms: u64) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    Duration::from_millis(due_ms).saturating_sub(now)
+}

@@ -1,0 +1,258 @@
+//! The schedule over a real store: due-time order, paging through a tiny
+//! window, auditor operations, restart recovery.
+
+use super::*;
+use crate::core::auth::Authenticator;
+use crate::core::settings::{QueueSettings, SettingsTable};
+use crate::core::{BrokerOptions, ConsumerOptions, Delivery, RoutingType};
+use crate::store::StoreOptions;
+use std::collections::HashSet;
+use tokio::sync::mpsc;
+
+fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
+    let options = StoreOptions {
+        fsync: crate::store::FsyncPolicy::Never,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(dir, options).unwrap();
+    let broker = Broker::open(
+        store,
+        BrokerOptions {
+            settings: SettingsTable::new(QueueSettings::default()),
+            auth: Authenticator::open(),
+            declared: vec![],
+        },
+    )
+    .unwrap();
+    let schedule = Schedule::open(&broker, ScheduleOptions { window }).unwrap();
+    broker.set_scheduler(schedule.clone());
+    (broker, schedule)
+}
+
+fn delayed(body: &str, due_ms: u64, durable: bool) -> Message {
+    Message {
+        address: Arc::from("q"),
+        body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+        due_at: Some(due_ms),
+        durable,
+        priority: 4,
+        ..Default::default()
+    }
+}
+
+fn consume(broker: &Broker) -> (crate::core::Subscription, mpsc::UnboundedReceiver<Delivery>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sub = broker
+        .subscribe(
+            "q",
+            RoutingType::Anycast,
+            ConsumerOptions {
+                credit: crate::core::CreditMode::Window(100_000),
+                ..Default::default()
+            },
+            tx,
+        )
+        .unwrap();
+    (sub, rx)
+}
+
+/// Receives `n` deliveries (or fewer on timeout), noting when each arrived.
+async fn receive(rx: &mut mpsc::UnboundedReceiver<Delivery>, n: usize) -> Vec<(Delivery, u64)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+            Ok(Some(d)) => out.push((d, now_ms())),
+            _ => break,
+        }
+    }
+    out
+}
+
+fn body(d: &Delivery) -> String {
+    String::from_utf8_lossy(&d.message.body).into_owned()
+}
+
+fn assert_on_time_in_order(got: &[(Delivery, u64)]) {
+    let mut last = 0;
+    for (d, at) in got {
+        // No due time: it was already due when published.
+        let Some(due) = d.message.due_at else {
+            continue;
+        };
+        assert!(*at >= due, "{} delivered {} ms early", body(d), due - at);
+        assert!(due >= last, "out of due order at {}", body(d));
+        last = due;
+    }
+}
+
+#[tokio::test]
+async fn delivers_in_due_order_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, schedule) = open(dir.path(), 1024);
+    let (_sub, mut rx) = consume(&broker);
+    let now = now_ms();
+    for (i, delay) in [320u64, 240, 280, 210, 260].iter().enumerate() {
+        broker
+            .publish(
+                delayed(&i.to_string(), now + delay, i % 2 == 0),
+                RoutingType::Anycast,
+            )
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+    assert!(rx.try_recv().is_err(), "nothing is due yet");
+    let got = receive(&mut rx, 5).await;
+    let order: Vec<String> = got.iter().map(|(d, _)| body(d)).collect();
+    assert_eq!(order, ["3", "1", "4", "2", "0"]);
+    assert_on_time_in_order(&got);
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn pages_through_a_tiny_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, schedule) = open(dir.path(), 4);
+    let (_sub, mut rx) = consume(&broker);
+    let now = now_ms();
+    let n = 60;
+    for i in 0..n {
+        // Scattered due times, durable and not, so inserts land on both sides
+        // of the window's bound and non-durable ones are spilled.
+        let due = now + 200 + (i * 37 % 61) * 5;
+        broker
+            .publish(
+                delayed(&i.to_string(), due, i % 3 != 0),
+                RoutingType::Anycast,
+            )
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        assert!(schedule.in_memory() <= 4);
+    }
+    let got = receive(&mut rx, n as usize + 1).await;
+    assert_eq!(got.len(), n as usize, "each delivered exactly once");
+    let distinct: HashSet<String> = got.iter().map(|(d, _)| body(d)).collect();
+    assert_eq!(distinct.len(), n as usize);
+    assert_on_time_in_order(&got);
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_cancel_and_reschedule() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, schedule) = open(dir.path(), 2);
+    let queue = broker.queue_or_create("q", true).unwrap();
+    let now = now_ms();
+    for i in 0..5u64 {
+        broker
+            .publish(
+                delayed(&i.to_string(), now + 10_000 + i, true),
+                RoutingType::Anycast,
+            )
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+    let listed = schedule.list(queue.id(), FIRST_KEY, 100).await.unwrap();
+    let bodies: Vec<String> = listed
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.message.body).into_owned())
+        .collect();
+    assert_eq!(bodies, ["0", "1", "2", "3", "4"]);
+    // Paged by key: from the third entry on.
+    let rest = schedule.list(queue.id(), listed[2].key, 2).await.unwrap();
+    assert_eq!(rest.len(), 2);
+    assert_eq!(rest[0].key, listed[2].key);
+
+    // "1" is in the window, "4" only on disk (window of 2).
+    schedule.cancel(listed[1].key).await.unwrap();
+    schedule.cancel(listed[4].key).await.unwrap();
+    assert!(matches!(
+        schedule.cancel(listed[4].key).await,
+        Err(ScheduleError::NotFound(_))
+    ));
+    let new_key = schedule.reschedule(listed[3].key, now_ms()).await.unwrap();
+    assert_eq!(new_key.seq, listed[3].key.seq);
+
+    let (_sub, mut rx) = consume(&broker);
+    let got = receive(&mut rx, 1).await;
+    assert_eq!(body(&got[0].0), "3", "rescheduled to now");
+    let left = schedule.list(queue.id(), FIRST_KEY, 100).await.unwrap();
+    let bodies: Vec<String> = left
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.message.body).into_owned())
+        .collect();
+    assert_eq!(bodies, ["0", "2"]);
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_recovers_durable_entries_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = now_ms();
+    {
+        let (broker, schedule) = open(dir.path(), 8);
+        for i in 0..40u64 {
+            // Half fall due while the broker is down, half after it restarts.
+            let due = now + 100 + (i * 13 % 40) * 10;
+            broker
+                .publish(delayed(&i.to_string(), due, true), RoutingType::Anycast)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+        }
+        broker
+            .publish(delayed("volatile", now + 100, false), RoutingType::Anycast)
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        schedule.shutdown().await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (broker, schedule) = open(dir.path(), 8);
+    let (_sub, mut rx) = consume(&broker);
+    let got = receive(&mut rx, 41).await;
+    let bodies: Vec<String> = got.iter().map(|(d, _)| body(d)).collect();
+    assert_eq!(
+        got.len(),
+        40,
+        "durable ones exactly once, not the volatile one: {bodies:?}"
+    );
+    assert!(!bodies.contains(&"volatile".to_owned()));
+    assert_eq!(bodies.iter().collect::<HashSet<_>>().len(), 40);
+    assert_on_time_in_order(&got);
+    schedule.shutdown().await;
+    drop((_sub, rx, got, schedule, broker));
+
+    // Delivered entries left the schedule in the same write that queued them.
+    let store = Store::open(dir.path(), StoreOptions::default());
+    let store = store.expect("every handle on the store was dropped");
+    assert!(list_stored(&store, None, FIRST_KEY, 100)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn keys_print_and_parse() {
+    let key = ScheduleKey {
+        due_ms: 1_700_000_000_123,
+        queue: 7,
+        seq: 42,
+    };
+    assert_eq!(parse_key(&format_key(&key)), Some(key));
+    assert_eq!(parse_key("1:2"), None);
+    assert_eq!(parse_key("1:2:3:4"), None);
+    assert_eq!(parse_key("a:2:3"), None);
+    let max_seq = ScheduleKey {
+        seq: u64::MAX,
+        ..key
+    };
+    assert!(next_key(max_seq) > max_seq);
+    assert!(next_key(key) > key);
+}
