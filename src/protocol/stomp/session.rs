@@ -722,6 +722,10 @@ where
         tracing::info!(%error, "closing connection with ERROR");
         let mut frame =
             Frame::new(Command::Error).with_header("message", one_line(&error.to_string()));
+        if let SessionError::NoCommonVersion = error {
+            // The spec's example: tell the client which versions we speak.
+            frame.add_header("version", "1.0,1.1,1.2");
+        }
         if let Some(r) = receipt {
             frame.add_header("receipt-id", HeaderText::copy_from(r));
         }
