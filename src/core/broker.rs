@@ -36,11 +36,13 @@ pub struct BrokerOptions {
 /// Receives messages that became due, from the delay schedule.
 pub trait DelayedDelivery: Send + Sync {
     /// Holds `message` for `queue` until `message.due_at`.
+    /// `also` is applied in the same atomic store write.
     fn schedule(
         &self,
         queue: &Arc<Queue>,
         message: Arc<Message>,
         delivery_count: u32,
+        also: Option<Op>,
     ) -> Completion;
 }
 
@@ -232,7 +234,7 @@ impl Broker {
                     return Completion::ready();
                 }
                 if let Some(scheduler) = self.inner.scheduler.read().clone() {
-                    return scheduler.schedule(queue, message, delivery_count);
+                    return scheduler.schedule(queue, message, delivery_count, None);
                 }
             }
         }
@@ -558,16 +560,17 @@ impl Diverter for Inner {
         message: Arc<Message>,
         delivery_count: u32,
         delay_ms: u64,
+        also: Option<Op>,
     ) {
         let mut copy = (*message).clone();
         copy.due_at = Some(now_ms() + delay_ms);
         let scheduler = self.scheduler.read().clone();
         match scheduler {
             Some(s) => {
-                s.schedule(queue, Arc::new(copy), delivery_count);
+                s.schedule(queue, Arc::new(copy), delivery_count, also);
             }
             None => {
-                queue.publish_counted(message, delivery_count);
+                queue.publish_moving(message, delivery_count, also);
             }
         }
     }

@@ -10,8 +10,8 @@ pub mod grouping;
 pub mod message;
 pub mod persist;
 pub mod queue;
-pub mod selector;
 pub mod schedule;
+pub mod selector;
 pub mod settings;
 
 pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};

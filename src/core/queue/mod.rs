@@ -37,6 +37,7 @@ pub trait Diverter: Send + Sync {
         message: Arc<Message>,
         delivery_count: u32,
         delay_ms: u64,
+        also: Option<Op>,
     );
 }
 
@@ -114,7 +115,8 @@ impl std::fmt::Debug for Queue {
 #[derive(Default)]
 struct AfterUnlock {
     diverted: Vec<(Arc<Message>, Diversion)>,
-    later: Vec<(Arc<Message>, u32, u64)>,
+    /// Messages for delayed redelivery, with the deletion of their record here.
+    later: Vec<(Arc<Message>, u32, u64, Option<Op>)>,
     retry_page_in: bool,
     /// Dispatch again at this time (delay_before_dispatch).
     dispatch_at: Option<std::time::Instant>,
@@ -561,10 +563,17 @@ impl Queue {
         }
         if how == Release::Failed && !self.settings.redelivery_delay.is_zero() {
             let delay = redelivery_delay_ms(&self.settings, entry.delivery_count);
-            self.forget(&entry);
+            // Deleted here in the same write that schedules it, so a crash
+            // in between neither loses nor duplicates it.
+            let delete = entry.persisted.then_some(Op::DeleteMessage {
+                key: MessageKey {
+                    queue: self.id,
+                    seq: entry.seq,
+                },
+            });
             after
                 .later
-                .push((entry.message, entry.delivery_count, delay));
+                .push((entry.message, entry.delivery_count, delay, delete));
             return;
         }
         let owner = entry.lane.as_deref().and_then(|l| st.groups.owner(l));
@@ -827,8 +836,8 @@ impl Queue {
             }
             if !after.later.is_empty() {
                 let me = self.clone();
-                for (message, count, delay) in after.later {
-                    diverter.redeliver_later(&me, message, count, delay);
+                for (message, count, delay, delete) in after.later {
+                    diverter.redeliver_later(&me, message, count, delay, delete);
                 }
             }
         }

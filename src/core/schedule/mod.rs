@@ -106,6 +106,9 @@ struct Inner {
     /// on disk only, so neither acts on a half-moved bound.
     paging: tokio::sync::Mutex<()>,
     closed: AtomicBool,
+    /// A refill from disk is running in its own task; the timer keeps
+    /// delivering from memory meanwhile, so a refill never makes anything late.
+    refilling: AtomicBool,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -140,6 +143,7 @@ impl Schedule {
             boot_seq,
             paging: tokio::sync::Mutex::new(()),
             closed: AtomicBool::new(false),
+            refilling: AtomicBool::new(false),
             timer: Mutex::new(None),
         });
         // Nothing else writes the scheduled family yet: no barrier needed.
@@ -277,9 +281,10 @@ impl DelayedDelivery for Schedule {
         queue: &Arc<Queue>,
         message: Arc<Message>,
         delivery_count: u32,
+        also: Option<Op>,
     ) -> Completion {
         let Some(due_ms) = message.due_at else {
-            return queue.publish_counted(message, delivery_count);
+            return queue.publish_moving(message, delivery_count, also);
         };
         let durable = message.durable || queue.settings().durable;
         let key = ScheduleKey {
@@ -289,13 +294,16 @@ impl DelayedDelivery for Schedule {
         };
         // Submitted before the entry is visible to the timer, so the delete
         // that moves it into its queue always follows this put.
-        let completion = if durable {
-            self.inner.store.submit(Op::PutScheduled {
-                key,
-                record: persist::encode(&message, delivery_count),
-            })
-        } else {
-            Completion::ready()
+        let put = durable.then(|| Op::PutScheduled {
+            key,
+            record: persist::encode(&message, delivery_count),
+        });
+        // `also` (e.g. deleting the queue record of a message sent back for a
+        // delayed redelivery) goes in the same atomic write.
+        let completion = match (put, also) {
+            (Some(put), Some(also)) => self.inner.store.submit_all(vec![put, also]),
+            (Some(op), None) | (None, Some(op)) => self.inner.store.submit(op),
+            (None, None) => Completion::ready(),
         };
         self.inner.insert(
             key,
@@ -522,7 +530,8 @@ impl Inner {
     /// What the timer does next: page in now, or sleep until a due time (or until woken).
     fn next_step(&self) -> Next {
         let window = self.window.lock();
-        if window.bound != MAX_KEY && window.entries.len() <= self.capacity / 2 {
+        let low = window.bound != MAX_KEY && window.entries.len() <= self.capacity / 2;
+        if low && !self.refilling.load(Ordering::Acquire) {
             return Next::PageIn;
         }
         match window.entries.first_key_value() {
@@ -555,10 +564,7 @@ impl Inner {
 /// arrival, then moves what is due into its queues.
 async fn run(inner: Arc<Inner>, broker: Broker) {
     while !inner.closed.load(Ordering::Acquire) {
-        if !inner.page_in(&broker).await {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
-        }
+        start_refill(&inner, &broker);
         let due = inner.pop_due(now_ms(), DELIVER_BATCH);
         let more = due.len() >= DELIVER_BATCH;
         for (key, w) in due {
@@ -583,6 +589,28 @@ async fn run(inner: Arc<Inner>, broker: Broker) {
             Next::Idle => inner.wake.notified().await,
         }
     }
+}
+
+/// Refills the window in a task of its own when it runs low.
+fn start_refill(inner: &Arc<Inner>, broker: &Broker) {
+    {
+        let window = inner.window.lock();
+        if window.bound == MAX_KEY || window.entries.len() > inner.capacity / 2 {
+            return;
+        }
+    }
+    if inner.refilling.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (inner, broker) = (inner.clone(), broker.clone());
+    tokio::spawn(async move {
+        if !inner.page_in(&broker).await {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        inner.refilling.store(false, Ordering::Release);
+        // The window may hold earlier due times now.
+        inner.wake.notify_one();
+    });
 }
 
 enum Next {

@@ -21,6 +21,7 @@ fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
             settings: SettingsTable::new(QueueSettings::default()),
             auth: Authenticator::open(),
             declared: vec![],
+            factories: vec![],
         },
     )
     .unwrap();
