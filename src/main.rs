@@ -22,6 +22,8 @@ struct Cli {
 enum Command {
     /// Run the broker (with the embedded default config unless --config is given).
     Serve(ServeArgs),
+    /// Load-test a STOMP broker (or serve the relay ceiling with --sink-stomp).
+    Perf(weir::perf::PerfArgs),
 }
 
 #[derive(Args)]
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Perf(args) => weir::perf::main(args),
     }
 }
 
