@@ -52,8 +52,9 @@ pub struct PerfArgs {
     /// Acknowledgement mode of the consumers.
     #[arg(long, value_enum, default_value_t = AckMode::Auto)]
     pub ack: AckMode,
-    /// Consumer prefetch (sent as prefetch, prefetch-count and
-    /// activemq.prefetchSize so every broker reads it).
+    /// Consumer prefetch in messages, sent in the header the broker named in
+    /// CONNECTED reads (prefetch, prefetch-count, activemq.prefetchSize, or
+    /// Artemis's consumer-window-size in bytes).
     #[arg(long, default_value_t = 1000)]
     pub prefetch: u32,
     /// A producer asks a receipt every K sends and waits for it (flow control).

@@ -241,6 +241,7 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         destination: destination.clone(),
         ack: args.ack,
         prefetch: args.prefetch,
+        message_size: args.size,
         run_id,
     };
     for _ in 0..args.consumers {

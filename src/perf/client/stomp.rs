@@ -35,6 +35,8 @@ struct Connection {
     out: BytesMut,
     /// Encodes the frames not written by hand, with the negotiated escaping.
     encoder: StompCodec,
+    /// The broker's `server` header, e.g. `ActiveMQ-Artemis/2.40.0`.
+    server: String,
 }
 
 impl Connection {
@@ -47,6 +49,7 @@ impl Connection {
             writer,
             out: BytesMut::with_capacity(256 * 1024),
             encoder: StompCodec::default(),
+            server: String::new(),
         };
         let mut connect = Frame::new(Command::Connect)
             .with_header("accept-version", "1.2,1.1")
@@ -70,6 +73,7 @@ impl Connection {
             .unwrap_or(Version::V1_0);
         conn.reader.decoder_mut().set_version(version);
         conn.encoder.set_version(version);
+        conn.server = answer.header("server").unwrap_or_default().to_owned();
         Ok(conn)
     }
 
@@ -129,6 +133,29 @@ fn put_decimal(out: &mut BytesMut, mut n: u64) {
     out.put_slice(&digits[at..]);
 }
 
+/// Each broker reads the prefetch from its own header, and Artemis counts it in
+/// bytes (and reads `activemq.prefetchSize` as bytes too), so the header is
+/// chosen by the `server` named in CONNECTED.
+fn prefetch_header(server: &str, settings: &SubscribeSettings) -> (&'static str, HeaderText) {
+    let count = u64::from(settings.prefetch);
+    if server.starts_with("ActiveMQ-Artemis") {
+        // Artemis returns window credit only on ACK, so with auto-ack a finite
+        // window stalls for good: -1 (unbounded) is what it uses by default.
+        let bytes = match settings.ack {
+            AckMode::Auto => -1,
+            // Room for `prefetch` frames of this size plus their headers.
+            _ => (count * (settings.message_size as u64 + 512)).min(i64::MAX as u64) as i64,
+        };
+        ("consumer-window-size", HeaderText::from(bytes.to_string()))
+    } else if server.starts_with("ActiveMQ") {
+        ("activemq.prefetchSize", HeaderText::from(count.to_string()))
+    } else if server.starts_with("RabbitMQ") {
+        ("prefetch-count", HeaderText::from(count.to_string()))
+    } else {
+        ("prefetch", HeaderText::from(count.to_string()))
+    }
+}
+
 /// Everything a producer needs to write its SEND frames.
 #[derive(Debug, Clone)]
 pub struct SendSettings {
@@ -179,6 +206,10 @@ impl Publisher for StompPublisher {
             out.put_slice(headers::GROUP.as_bytes());
             out.put_u8(b':');
             out.put_slice(headers::GROUP_PREFIX.as_bytes());
+            put_decimal(out, u64::from(group));
+            out.put_u8(b'\n');
+            out.put_slice(headers::GROUP_INDEX.as_bytes());
+            out.put_u8(b':');
             put_decimal(out, u64::from(group));
             out.put_u8(b'\n');
         }
@@ -235,6 +266,8 @@ pub struct SubscribeSettings {
     pub destination: Destination,
     pub ack: AckMode,
     pub prefetch: u32,
+    /// Body size, for brokers whose prefetch is in bytes.
+    pub message_size: usize,
     pub run_id: u64,
 }
 
@@ -259,15 +292,13 @@ impl StompSubscriber {
         settings: &SubscribeSettings,
     ) -> Result<StompSubscriber, PerfError> {
         let mut conn = Connection::open(addr, login).await?;
-        let prefetch = HeaderText::from(settings.prefetch.to_string());
-        let subscribe = Frame::new(Command::Subscribe)
+        let mut subscribe = Frame::new(Command::Subscribe)
             .with_header("id", "0")
             .with_header("destination", settings.destination.stomp())
             .with_header("ack", settings.ack.stomp_header())
-            .with_header("prefetch", prefetch.clone())
-            .with_header("prefetch-count", prefetch.clone())
-            .with_header("activemq.prefetchSize", prefetch)
             .with_header("receipt", "subscribed");
+        let (name, value) = prefetch_header(&conn.server, settings);
+        subscribe.add_header(name, value);
         conn.encode(subscribe)?;
         conn.flush().await?;
         let answer = conn.answer().await?;
@@ -329,8 +360,8 @@ fn parse_stamp(frame: &Frame, run_id: &str) -> Option<Stamp> {
         return None;
     }
     let number = |name: &str| frame.header(name).and_then(|v| v.parse::<u64>().ok());
-    let group = match frame.header(headers::GROUP) {
-        Some(g) => Some(g.strip_prefix(headers::GROUP_PREFIX)?.parse().ok()?),
+    let group = match frame.header(headers::GROUP_INDEX) {
+        Some(g) => Some(g.parse().ok()?),
         None => None,
     };
     Some(Stamp {
@@ -405,7 +436,7 @@ mod tests {
             .with_header("perf-p", "3")
             .with_header("perf-seq", "17")
             .with_header("perf-ts", "1000")
-            .with_header("JMSXGroupID", "g9");
+            .with_header("perf-g", "9");
         assert_eq!(
             parse_stamp(&frame, "42"),
             Some(Stamp {
@@ -418,7 +449,7 @@ mod tests {
         assert_eq!(parse_stamp(&frame, "43"), None);
         let foreign_group = Frame::new(Command::Message)
             .with_header("perf-run", "42")
-            .with_header("JMSXGroupID", "orders");
+            .with_header("perf-g", "orders");
         assert_eq!(parse_stamp(&foreign_group, "42"), None);
     }
 }
