@@ -73,3 +73,101 @@ pub fn main(args: PerfArgs) -> ExitCode {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    fn args(url: &str, extra: &[&str]) -> Result<PerfArgs, clap::Error> {
+        let mut argv = vec!["perf", "--url", url, "--json-only", "--drain-timeout", "5"];
+        argv.extend_from_slice(extra);
+        Ok(Cli::try_parse_from(argv)?.args)
+    }
+
+    async fn sink() -> Result<String, PerfError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("stomp://{}", listener.local_addr()?);
+        tokio::spawn(sink::serve_on(listener));
+        Ok(url)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_message_crosses_the_sink_in_order() -> Result<(), Box<dyn std::error::Error>> {
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &[
+                "--messages",
+                "3000",
+                "--producers",
+                "2",
+                "--receipt-every",
+                "100",
+                "--ack",
+                "client",
+            ],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.sent, 3000);
+        assert_eq!(summary.received, 3000, "{}", summary.to_json());
+        assert_eq!(summary.violations(), 0);
+        assert!(summary.latency.len() == 3000);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sink_splits_groups_and_the_check_sees_it() -> Result<(), Box<dyn std::error::Error>>
+    {
+        // The relay deals messages round robin with no notion of groups, so
+        // with three consumers every group of ten lands on all: the check must say so.
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &["--messages", "400", "--consumers", "3", "--groups", "10"],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.received, 400);
+        assert_eq!(summary.split_groups, 10);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fixed_rate_run_takes_its_time_and_topics_fan_out(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &[
+                "--messages",
+                "200",
+                "--rate",
+                "1000",
+                "--topic",
+                "t",
+                "--consumers",
+                "2",
+            ],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.expected, 400);
+        assert_eq!(summary.received, 400);
+        assert!(summary.send_seconds >= 0.19, "{}", summary.send_seconds);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_an_error() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("stomp://{}", listener.local_addr()?);
+        drop(listener);
+        assert!(run::load(&args(&url, &[])?).await.is_err());
+        Ok(())
+    }
+}

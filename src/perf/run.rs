@@ -79,7 +79,8 @@ async fn produce<P: Publisher>(
                 None => clock.now_us(),
             };
             last = plan.is_last(seq, &clock);
-            confirm = last || (plan.receipt_every > 0 && (seq + 1) % plan.receipt_every == 0);
+            confirm =
+                last || (plan.receipt_every > 0 && (seq + 1).is_multiple_of(plan.receipt_every));
             let stamp = Stamp {
                 producer: plan.id,
                 seq,
