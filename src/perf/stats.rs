@@ -79,10 +79,12 @@ impl ConsumerStats {
         if let Some(delay) = delay_us {
             let due = stamp.sent_us + delay;
             if now_us + 1_000 < due {
+                // Counted as a violation, and kept out of the lateness figures.
                 self.early += 1;
+            } else {
+                self.lateness
+                    .saturating_record(now_us.saturating_sub(due).max(1));
             }
-            self.lateness
-                .saturating_record(now_us.saturating_sub(due).max(1));
         }
         if let Some(next) = self.next_seq.get_mut(lane) {
             if stamp.seq < *next {
