@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod core;
+pub mod perf;
 pub mod protocol;
 pub mod server;
 pub mod store;

@@ -28,6 +28,8 @@ enum Command {
     Serve(ServeArgs),
     /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
+    /// Load-test a STOMP broker (or serve the relay ceiling with --sink-stomp).
+    Perf(weir::perf::PerfArgs),
 }
 
 #[derive(Args)]
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Schedule(args) => admin::schedule::run(args),
+        Command::Perf(args) => weir::perf::main(args),
     }
 }
 

@@ -1,0 +1,197 @@
+//! The `weir perf` command line.
+
+use super::error::PerfError;
+use clap::{Args, ValueEnum};
+
+/// `weir perf`: drive a broker with producers and consumers and report
+/// throughput, latency, lateness of delayed messages, and any lost message or
+/// broken group order. Exits non-zero on a violation or a lost message.
+#[derive(Debug, Clone, Args)]
+pub struct PerfArgs {
+    /// Broker to drive: stomp://host:port.
+    #[arg(long, default_value = "stomp://127.0.0.1:61613")]
+    pub url: String,
+    /// Producer connections.
+    #[arg(long, default_value_t = 1)]
+    pub producers: u32,
+    /// Consumer connections (0: only send).
+    #[arg(long, default_value_t = 1)]
+    pub consumers: u32,
+    /// Messages to send in total (split over the producers). Default 100000
+    /// unless --duration is given.
+    #[arg(long, conflicts_with = "duration")]
+    pub messages: Option<u64>,
+    /// Send for this many seconds instead of a message count.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Body size in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub size: usize,
+    /// Fixed total send rate (messages/s); latency is then measured from each
+    /// message's scheduled send time, so a stalled broker cannot hide its
+    /// stall (no coordinated omission).
+    #[arg(long, value_name = "MSGS_PER_SEC")]
+    pub rate: Option<f64>,
+    /// Send with persistent:true.
+    #[arg(long)]
+    pub persistent: bool,
+    /// Queue name (sent as /queue/NAME).
+    #[arg(long, default_value = "perf")]
+    pub queue: String,
+    /// Use /topic/NAME instead of a queue: every consumer gets every message.
+    #[arg(long, value_name = "NAME", conflicts_with = "queue")]
+    pub topic: Option<String>,
+    /// Round-robin JMSXGroupID over this many groups, and check that no group
+    /// was split across consumers and that each group's order held.
+    #[arg(long, default_value_t = 0)]
+    pub groups: u32,
+    /// Delay each message by this many ms (AMQ_SCHEDULED_DELAY); reports
+    /// lateness = receive time - due time.
+    #[arg(long, value_name = "MS")]
+    pub delay_ms: Option<u64>,
+    /// Acknowledgement mode of the consumers.
+    #[arg(long, value_enum, default_value_t = AckMode::Auto)]
+    pub ack: AckMode,
+    /// Consumer prefetch in messages, sent in the header the broker named in
+    /// CONNECTED reads (prefetch, prefetch-count, activemq.prefetchSize, or
+    /// Artemis's consumer-window-size in bytes).
+    #[arg(long, default_value_t = 1000)]
+    pub prefetch: u32,
+    /// A producer asks a receipt every K sends and waits for it (flow control).
+    #[arg(long, value_name = "K", default_value_t = 500)]
+    pub receipt_every: u64,
+    #[arg(long)]
+    pub login: Option<String>,
+    #[arg(long)]
+    pub passcode: Option<String>,
+    /// STOMP host header (the virtual host; RabbitMQ wants "/").
+    #[arg(long, default_value = "/")]
+    pub vhost: String,
+    /// Per-message processing time in a consumer (head-of-line benchmarks).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    pub consumer_delay_ms: u64,
+    /// How long to wait for outstanding messages after the producers finish
+    /// (on top of --delay-ms) before counting them lost.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub drain_timeout: f64,
+    /// Print only the final JSON line (no progress lines).
+    #[arg(long)]
+    pub json_only: bool,
+    /// Runtime worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Instead of a load run, serve a STOMP relay on ADDR: it only cuts frames,
+    /// answers CONNECTED and RECEIPTs and forwards each SEND as a MESSAGE to a
+    /// subscriber of the destination (no queue, no storage). Driven by
+    /// `weir perf` it shows what the machine can do.
+    #[arg(long, value_name = "ADDR")]
+    pub sink_stomp: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AckMode {
+    Auto,
+    /// Cumulative ACK of the latest message.
+    Client,
+    /// One ACK per message (STOMP client-individual).
+    Individual,
+}
+
+impl AckMode {
+    pub fn stomp_header(self) -> &'static str {
+        match self {
+            AckMode::Auto => "auto",
+            AckMode::Client => "client",
+            AckMode::Individual => "client-individual",
+        }
+    }
+}
+
+/// Where to connect, by protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    Stomp(String),
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, PerfError> {
+        let (scheme, rest) = url
+            .split_once("://")
+            .ok_or_else(|| PerfError::BadUrl(url.to_owned()))?;
+        let authority = rest.trim_end_matches('/');
+        if authority.is_empty() || authority.contains('/') || !authority.contains(':') {
+            return Err(PerfError::BadUrl(url.to_owned()));
+        }
+        match scheme {
+            "stomp" | "tcp" => Ok(Endpoint::Stomp(authority.to_owned())),
+            other => Err(PerfError::UnsupportedScheme(other.to_owned())),
+        }
+    }
+}
+
+/// Where messages go: a queue (one consumer gets each) or a topic (all do).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    Queue(String),
+    Topic(String),
+}
+
+impl Destination {
+    pub fn from_args(args: &PerfArgs) -> Result<Destination, PerfError> {
+        let (name, topic) = match &args.topic {
+            Some(t) => (t.as_str(), true),
+            None => (args.queue.as_str(), false),
+        };
+        // The name goes into headers unescaped: keep it to what needs no escape.
+        if name.is_empty()
+            || name
+                .bytes()
+                .any(|b| matches!(b, b':' | b'\\' | b'\r' | b'\n' | 0))
+        {
+            return Err(PerfError::BadArg {
+                flag: "--queue/--topic",
+                why: "empty, or holds ':', '\\', CR, LF or NUL",
+            });
+        }
+        Ok(if topic {
+            Destination::Topic(name.to_owned())
+        } else {
+            Destination::Queue(name.to_owned())
+        })
+    }
+
+    pub fn is_topic(&self) -> bool {
+        matches!(self, Destination::Topic(_))
+    }
+
+    pub fn stomp(&self) -> String {
+        match self {
+            Destination::Queue(n) => format!("/queue/{n}"),
+            Destination::Topic(n) => format!("/topic/{n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stomp_urls_and_refuses_others() {
+        assert_eq!(
+            Endpoint::parse("stomp://127.0.0.1:61613").ok(),
+            Some(Endpoint::Stomp("127.0.0.1:61613".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("stomp://localhost:1/").ok(),
+            Some(Endpoint::Stomp("localhost:1".into()))
+        );
+        assert!(matches!(
+            Endpoint::parse("amqp://h:5672"),
+            Err(PerfError::UnsupportedScheme(_))
+        ));
+        assert!(Endpoint::parse("127.0.0.1:61613").is_err());
+        assert!(Endpoint::parse("stomp://host").is_err());
+        assert!(Endpoint::parse("stomp://h:1/x").is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! `weir perf`: a load generator for STOMP brokers (AMQP 1.0 to follow behind
+//! the same [`client`] traits), and `weir perf --sink-stomp`, the relay
+//! ceiling it is compared with.
+
+pub mod args;
+pub mod client;
+pub mod clock;
+pub mod error;
+pub mod run;
+pub mod sink;
+pub mod stats;
+
+pub use args::PerfArgs;
+pub use error::PerfError;
+
+use std::process::ExitCode;
+
+/// Exit status when the run completed but lost messages or broke order.
+pub const EXIT_VIOLATION: u8 = 1;
+/// Exit status when the run could not be done (bad flags, broker errors).
+pub const EXIT_ERROR: u8 = 2;
+
+/// Runs `weir perf` with its own runtime and returns the exit status.
+pub fn main(args: PerfArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("weir perf: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    runtime.block_on(async move {
+        if let Some(addr) = &args.sink_stomp {
+            let result = match addr.parse() {
+                Ok(addr) => sink::serve(addr).await,
+                Err(_) => Err(PerfError::BadArg {
+                    flag: "--sink-stomp",
+                    why: "not an address like 127.0.0.1:61614",
+                }),
+            };
+            if let Err(e) = result {
+                eprintln!("weir perf: {e}");
+                return ExitCode::from(EXIT_ERROR);
+            }
+            return ExitCode::SUCCESS;
+        }
+        match run::load(&args).await {
+            Ok(summary) => {
+                println!("{}", summary.to_json());
+                if summary.violations() > 0 || summary.lost() > 0 {
+                    if !args.json_only {
+                        eprintln!(
+                            "weir perf: {} lost, {} order violations, {} split groups, {} early",
+                            summary.lost(),
+                            summary.order_violations,
+                            summary.split_groups,
+                            summary.early
+                        );
+                    }
+                    ExitCode::from(EXIT_VIOLATION)
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(e) => {
+                eprintln!("weir perf: {e}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    fn args(url: &str, extra: &[&str]) -> Result<PerfArgs, clap::Error> {
+        let mut argv = vec!["perf", "--url", url, "--json-only", "--drain-timeout", "5"];
+        argv.extend_from_slice(extra);
+        Ok(Cli::try_parse_from(argv)?.args)
+    }
+
+    async fn sink() -> Result<String, PerfError> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("stomp://{}", listener.local_addr()?);
+        tokio::spawn(sink::serve_on(listener));
+        Ok(url)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_message_crosses_the_sink_in_order() -> Result<(), Box<dyn std::error::Error>> {
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &[
+                "--messages",
+                "3000",
+                "--producers",
+                "2",
+                "--receipt-every",
+                "100",
+                "--ack",
+                "client",
+            ],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.sent, 3000);
+        assert_eq!(summary.received, 3000, "{}", summary.to_json());
+        assert_eq!(summary.violations(), 0);
+        assert!(summary.latency.len() == 3000);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sink_splits_groups_and_the_check_sees_it() -> Result<(), Box<dyn std::error::Error>>
+    {
+        // The relay deals messages round robin with no notion of groups, so
+        // with three consumers every group of ten lands on all: the check must say so.
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &["--messages", "400", "--consumers", "3", "--groups", "10"],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.received, 400);
+        assert_eq!(summary.split_groups, 10);
+        Ok(())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fixed_rate_run_takes_its_time_and_topics_fan_out(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let url = sink().await?;
+        let args = args(
+            &url,
+            &[
+                "--messages",
+                "200",
+                "--rate",
+                "1000",
+                "--topic",
+                "t",
+                "--consumers",
+                "2",
+            ],
+        )?;
+        let summary = run::load(&args).await?;
+        assert_eq!(summary.expected, 400);
+        assert_eq!(summary.received, 400);
+        assert!(summary.send_seconds >= 0.19, "{}", summary.send_seconds);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_an_error() -> Result<(), Box<dyn std::error::Error>> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("stomp://{}", listener.local_addr()?);
+        drop(listener);
+        assert!(run::load(&args(&url, &[])?).await.is_err());
+        Ok(())
+    }
+}
