@@ -29,6 +29,7 @@ fn open(dir: &std::path::Path) -> (Broker, Arc<Schedule>) {
             settings: SettingsTable::new(QueueSettings::default()),
             auth: Authenticator::open(),
             declared: vec![],
+            factories: vec![],
         },
     )
     .unwrap();
@@ -67,7 +68,7 @@ fn bench(c: &mut Criterion) {
             |messages| {
                 let mut last = None;
                 for m in messages {
-                    last = Some(schedule.schedule(&queue, m, 0));
+                    last = Some(schedule.schedule(&queue, m, 0, None));
                 }
                 if let Some(last) = last {
                     rt.block_on(last.wait()).unwrap();
