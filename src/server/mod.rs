@@ -7,6 +7,7 @@ use crate::config::{self, Config, Listener, Protocol};
 use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
 use crate::core::{Broker, BrokerOptions, CoreError};
+use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
 use std::net::SocketAddr;
@@ -105,6 +106,18 @@ fn stomp_options(config: &Config) -> StompOptions {
     }
 }
 
+fn amqp_options(config: &Config, containers: ContainerRegistry) -> AmqpOptions {
+    let limits = config.limits();
+    AmqpOptions {
+        max_frame_size: u32::try_from(limits.max_frame_size).unwrap_or(u32::MAX),
+        max_message_size: limits.max_message_size as u64,
+        // AMQP's idle timeout is the deadline, peers heart-beat at half of it.
+        idle_timeout: limits.heartbeat * 2,
+        containers,
+        ..AmqpOptions::default()
+    }
+}
+
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
@@ -112,6 +125,7 @@ impl Server {
         let permits = Arc::new(Semaphore::new(config.limits().max_connections));
         let mut bound = Vec::new();
         let mut tasks = Vec::new();
+        let containers = ContainerRegistry::default();
         for listener in config.listeners() {
             let socket =
                 TcpListener::bind(listener.bind)
@@ -126,10 +140,13 @@ impl Server {
             bound.push((listener.name.clone(), addr));
             let mut stomp = stomp_options(config);
             stomp.connection_factory = listener.connection_factory.clone();
+            let mut amqp = amqp_options(config, containers.clone());
+            amqp.connection_factory = listener.connection_factory.clone();
             let acceptor = Acceptor {
                 broker: broker.clone(),
                 listener,
                 stomp,
+                amqp,
                 permits: permits.clone(),
                 shutdown: shutdown.clone(),
             };
@@ -158,6 +175,7 @@ struct Acceptor {
     broker: Broker,
     listener: Listener,
     stomp: StompOptions,
+    amqp: AmqpOptions,
     permits: Arc<Semaphore>,
     shutdown: broadcast::Sender<()>,
 }
@@ -182,10 +200,11 @@ impl Acceptor {
             let _ = stream.set_nodelay(true);
             let broker = self.broker.clone();
             let stomp = self.stomp.clone();
+            let amqp = self.amqp.clone();
             let protocols = self.listener.protocols.clone();
             let shutdown = self.shutdown.subscribe();
             tokio::spawn(async move {
-                serve_connection(stream, peer, broker, &protocols, stomp, shutdown).await;
+                serve_connection(stream, peer, broker, &protocols, (stomp, amqp), shutdown).await;
                 drop(permit);
             });
         }
@@ -197,7 +216,7 @@ async fn serve_connection(
     peer: SocketAddr,
     broker: Broker,
     protocols: &[Protocol],
-    stomp: StompOptions,
+    (stomp, amqp): (StompOptions, AmqpOptions),
     shutdown: broadcast::Receiver<()>,
 ) {
     let protocol = match protocols {
@@ -209,8 +228,6 @@ async fn serve_connection(
     };
     match protocol {
         Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
-        Protocol::Amqp => {
-            tracing::warn!(%peer, "AMQP connection refused: AMQP 1.0 is not available in this build yet");
-        }
+        Protocol::Amqp => amqp::serve(stream, peer, broker, amqp, shutdown).await,
     }
 }
