@@ -36,7 +36,11 @@ pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionErr
 }
 
 fn refuse(s: &Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
-    tracing::debug!(link = a.name.as_str(), condition = error.condition.as_str(), "attach refused");
+    tracing::debug!(
+        link = a.name.as_str(),
+        condition = error.condition.as_str(),
+        "attach refused"
+    );
     let mut reply = Attach::new(a.name.as_str(), a.handle, role);
     match role {
         Role::Sender => reply.target = a.target.clone(),
@@ -92,9 +96,8 @@ fn consumer_options(a: &Attach, source: &Source) -> Result<ConsumerOptions, Amqp
         .properties
         .as_ref()
         .and_then(|p| {
-            p.iter().find(|(k, _)| {
-                matches!(k, Value::Symbol(s) if s.as_str() == "priority")
-            })
+            p.iter()
+                .find(|(k, _)| matches!(k, Value::Symbol(s) if s.as_str() == "priority"))
         })
         .and_then(|(_, v)| match v {
             Value::Int(n) => Some(*n),
@@ -136,7 +139,10 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
     let Some(address) = source.address.as_ref() else {
         return Err(error(condition::INVALID_FIELD, "source has no address"));
     };
-    let Node { name: node, routing } = terminus::resolve(address.as_str(), &source.capabilities);
+    let Node {
+        name: node,
+        routing,
+    } = terminus::resolve(address.as_str(), &source.capabilities);
     let mut durable = None;
     let sub = match routing {
         RoutingType::Anycast => cx.broker.subscribe(&node, routing, options, sink),
@@ -248,9 +254,13 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
     };
     if target.dynamic {
         let mut reply: Target = target.clone();
-        let temp_topic = target.capabilities.iter().any(|c| c.as_str() == CAP_TEMP_TOPIC);
+        let temp_topic = target
+            .capabilities
+            .iter()
+            .any(|c| c.as_str() == CAP_TEMP_TOPIC);
         let route = if temp_topic {
-            let name: Arc<str> = Arc::from(format!("temp-topic.{:x}", cx.broker.next_consumer_id()));
+            let name: Arc<str> =
+                Arc::from(format!("temp-topic.{:x}", cx.broker.next_consumer_id()));
             reply.address = Some(Str::from(&*name));
             Route::Node {
                 name,
@@ -272,5 +282,8 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
             .queue_or_create(&name, false)
             .map_err(|e| core_error(&e))?;
     }
-    Ok((Route::Node { name, routing }, Some(TargetKind::Target(target))))
+    Ok((
+        Route::Node { name, routing },
+        Some(TargetKind::Target(target)),
+    ))
 }

@@ -60,7 +60,7 @@ impl Default for AmqpOptions {
             link_credit: 1000,
             channel_max: 255,
             connection_factory: None,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
             containers: ContainerRegistry::default(),
         }
     }
@@ -175,7 +175,8 @@ async fn run<S>(io: S, broker: Broker, options: AmqpOptions, mut shutdown: broad
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let mut framed = Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
+    let mut framed =
+        Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
     match handshake::handshake(&mut framed, &broker, options.handshake_timeout).await {
         Ok(user) => tracing::debug!(?user, "authenticated"),
         Err(e @ (HandshakeError::Closed | HandshakeError::AuthFailed)) => {
@@ -382,7 +383,9 @@ where
                     }
                 }
                 _ = ticker.tick() => {
-                    if !ours.is_zero() && self.last_read.elapsed() > ours {
+                    // Twice the announced timeout: peers heart-beat at half of it at best, and
+                    // a busy client's event loop may run late.
+                    if !ours.is_zero() && self.last_read.elapsed() > ours * 2 {
                         return Err(close_error(condition::RESOURCE_LIMIT_EXCEEDED, "idle timeout: nothing received"));
                     }
                     if let Some(every) = self.remote_idle {
@@ -426,10 +429,16 @@ where
                     ));
                 }
                 if self.sessions.contains_key(&channel) {
-                    return Err(close_error(condition::NOT_ALLOWED, "channel already in use"));
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        "channel already in use",
+                    ));
                 }
                 if channel > self.cx.options.channel_max {
-                    return Err(close_error(condition::NOT_ALLOWED, "channel over channel-max"));
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        "channel over channel-max",
+                    ));
                 }
                 let generation = self.cx.generation();
                 let session = Session::begin(&mut self.cx, channel, generation, &begin);

@@ -130,8 +130,14 @@ fn due_at(view: &MessageView, now: u64) -> Result<Option<u64>, ConvertError> {
     let props = view.application_properties();
     let absolute = [
         (annotation(ann, DELIVERY_TIME), DELIVERY_TIME),
-        (annotation(props, "AMQ_SCHEDULED_TIME"), "AMQ_SCHEDULED_TIME"),
-        (annotation(props, "_AMQ_SCHED_DELIVERY"), "_AMQ_SCHED_DELIVERY"),
+        (
+            annotation(props, "AMQ_SCHEDULED_TIME"),
+            "AMQ_SCHEDULED_TIME",
+        ),
+        (
+            annotation(props, "_AMQ_SCHED_DELIVERY"),
+            "_AMQ_SCHED_DELIVERY",
+        ),
     ];
     for (value, name) in absolute {
         if let Some(v) = value {
@@ -145,7 +151,11 @@ fn due_at(view: &MessageView, now: u64) -> Result<Option<u64>, ConvertError> {
     }
     let relative = [
         (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY, 1u64),
-        (annotation(props, "AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 1),
+        (
+            annotation(props, "AMQ_SCHEDULED_DELAY"),
+            "AMQ_SCHEDULED_DELAY",
+            1,
+        ),
         (annotation(props, "x-delay"), "x-delay", 1),
         (annotation(props, "delay"), "delay", 1000),
     ];
@@ -279,7 +289,10 @@ pub fn outbound(m: &Message, delivery_count: u32, now: u64, buf: &mut BytesMut) 
 fn build(m: &Message, header: Header) -> AmqpMessage {
     let text = |s: &Option<Arc<str>>| s.as_deref().map(Str::from);
     let properties = Properties {
-        message_id: m.message_id.as_deref().map(|s| MessageId::String(Str::from(s))),
+        message_id: m
+            .message_id
+            .as_deref()
+            .map(|s| MessageId::String(Str::from(s))),
         user_id: m
             .user_id
             .as_deref()
@@ -306,7 +319,10 @@ fn build(m: &Message, header: Header) -> AmqpMessage {
         .collect();
     let mut annotations = Map::new();
     if let Some(at) = m.due_at {
-        annotations.push((AmqpValue::symbol(DELIVERY_TIME), AmqpValue::Timestamp(at as i64)));
+        annotations.push((
+            AmqpValue::symbol(DELIVERY_TIME),
+            AmqpValue::Timestamp(at as i64),
+        ));
     }
     AmqpMessage {
         header: Some(header),
@@ -374,7 +390,10 @@ mod tests {
         let wire = m.wire.unwrap();
         assert_eq!(wire.format, WIRE_FORMAT);
         // The stored bytes start at the message annotations: the header is not kept.
-        assert_eq!(wire.bytes[..], view.raw()[view.ranges().message_annotations.clone().unwrap().start..]);
+        assert_eq!(
+            wire.bytes[..],
+            view.raw()[view.ranges().message_annotations.clone().unwrap().start..]
+        );
     }
 
     #[test]
@@ -394,11 +413,17 @@ mod tests {
     #[test]
     fn negative_or_garbage_delay_is_refused() {
         let mut msg = jms_like();
-        msg.message_annotations = Some(vec![(AmqpValue::symbol(DELIVERY_DELAY), AmqpValue::Long(-5))]);
+        msg.message_annotations = Some(vec![(
+            AmqpValue::symbol(DELIVERY_DELAY),
+            AmqpValue::Long(-5),
+        )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert!(inbound(&view, Arc::from("q"), 0).is_err());
         msg.message_annotations = None;
-        msg.application_properties = Some(vec![(AmqpValue::string("x-delay"), AmqpValue::string("soon"))]);
+        msg.application_properties = Some(vec![(
+            AmqpValue::string("x-delay"),
+            AmqpValue::string("soon"),
+        )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert!(inbound(&view, Arc::from("q"), 0).is_err());
     }
@@ -411,7 +436,10 @@ mod tests {
             (AmqpValue::symbol(DELIVERY_TIME), AmqpValue::Timestamp(9999)),
         ]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert_eq!(inbound(&view, Arc::from("q"), 0).unwrap().due_at, Some(9999));
+        assert_eq!(
+            inbound(&view, Arc::from("q"), 0).unwrap().due_at,
+            Some(9999)
+        );
     }
 
     #[test]
@@ -432,7 +460,10 @@ mod tests {
         outbound(&m, 1, 0, &mut buf);
         let v = MessageView::parse(buf.freeze()).unwrap();
         let p = v.properties().unwrap();
-        assert_eq!(p.content_type.as_ref().map(Symbol::as_str), Some("text/plain"));
+        assert_eq!(
+            p.content_type.as_ref().map(Symbol::as_str),
+            Some("text/plain")
+        );
         assert_eq!(p.correlation_id, Some(MessageId::String(Str::from("c-1"))));
         assert_eq!(p.group_id.as_ref().map(Str::as_str), Some("g"));
         assert_eq!(p.group_sequence, Some(2));

@@ -115,10 +115,12 @@ where
         SaslCode::Auth
     };
     framed
-        .send(Outbound::Frame(Frame::Sasl(SaslFrame::Outcome(SaslOutcome {
-            code,
-            additional_data: None,
-        }))))
+        .send(Outbound::Frame(Frame::Sasl(SaslFrame::Outcome(
+            SaslOutcome {
+                code,
+                additional_data: None,
+            },
+        ))))
         .await?;
     let principal = principal?;
     match next(framed).await? {

@@ -117,7 +117,10 @@ impl SenderLink {
 
 /// Where a receiving link's messages go.
 pub enum Route {
-    Node { name: Arc<str>, routing: RoutingType },
+    Node {
+        name: Arc<str>,
+        routing: RoutingType,
+    },
     Temporary(TemporaryQueue),
     /// The anonymous relay: each message's `to`.
     Anonymous,

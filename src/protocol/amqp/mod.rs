@@ -21,8 +21,8 @@ mod terminus;
 mod txn;
 pub mod types;
 
-pub use connection::{serve, AmqpOptions, ContainerRegistry};
 pub use codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
+pub use connection::{serve, AmqpOptions, ContainerRegistry};
 pub use definitions::{
     AmqpError, Coordinator, Declare, DeliveryState, Discharge, ExpiryPolicy, ReceiverSettleMode,
     Role, SenderSettleMode, Source, Target, TargetKind, TerminusDurability,

@@ -108,7 +108,10 @@ impl Session {
         match performative {
             Performative::End(end) => {
                 if let Some(e) = end.error {
-                    tracing::debug!(condition = e.condition.as_str(), "peer ended session with error");
+                    tracing::debug!(
+                        condition = e.condition.as_str(),
+                        "peer ended session with error"
+                    );
                 }
                 Ok(true)
             }
@@ -221,7 +224,11 @@ impl Session {
             return Ok(());
         };
         if let Some(link) = self.senders.get_mut(&handle) {
-            link.flow(flow.delivery_count, flow.link_credit.unwrap_or(0), flow.drain);
+            link.flow(
+                flow.delivery_count,
+                flow.link_credit.unwrap_or(0),
+                flow.drain,
+            );
             self.pump(cx, handle);
             if flow.echo {
                 self.send_link_flow(cx, handle);
@@ -589,7 +596,10 @@ impl Session {
         view: &MessageView,
     ) -> Option<DeliveryState> {
         let Body::Value(value) = view.body() else {
-            return Some(rejected(condition::DECODE_ERROR, "coordinator expects an amqp-value"));
+            return Some(rejected(
+                condition::DECODE_ERROR,
+                "coordinator expects an amqp-value",
+            ));
         };
         if Declare::from_value(value).is_ok() {
             return Some(DeliveryState::Declared {
@@ -597,10 +607,19 @@ impl Session {
             });
         }
         let Ok(discharge) = Discharge::from_value(value) else {
-            return Some(rejected(condition::DECODE_ERROR, "neither declare nor discharge"));
+            return Some(rejected(
+                condition::DECODE_ERROR,
+                "neither declare nor discharge",
+            ));
         };
-        match cx.txns.discharge(&cx.broker, &discharge.txn_id, discharge.fail) {
-            Err(_) => Some(rejected(condition::TRANSACTION_UNKNOWN_ID, "unknown transaction")),
+        match cx
+            .txns
+            .discharge(&cx.broker, &discharge.txn_id, discharge.fail)
+        {
+            Err(_) => Some(rejected(
+                condition::TRANSACTION_UNKNOWN_ID,
+                "unknown transaction",
+            )),
             Ok(Err(e)) => Some(rejected(condition::TRANSACTION_ROLLBACK, &e.to_string())),
             Ok(Ok(c)) if settled || c.is_ready() => Some(DeliveryState::Accepted),
             Ok(Ok(c)) => {
@@ -735,7 +754,9 @@ fn send_transfer(
     settled: bool,
     payload: Bytes,
 ) -> u32 {
-    let limit = (cx.remote_max_frame as usize).saturating_sub(8 + TRANSFER_OVERHEAD).max(64);
+    let limit = (cx.remote_max_frame as usize)
+        .saturating_sub(8 + TRANSFER_OVERHEAD)
+        .max(64);
     let mut rest = payload;
     let mut first = true;
     let mut frames = 0;

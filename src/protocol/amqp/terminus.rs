@@ -99,19 +99,29 @@ pub enum SubscriptionKind {
 /// name, shared links get `|suffix` tails (`sub|2`, `sub|global`, `sub|volatile1`), and
 /// subscriptions without the `global` capability belong to the connection's client id.
 pub fn subscription_kind(source: &Source, link_name: &str, container_id: &str) -> SubscriptionKind {
-    let durable = source.durable != TerminusDurability::None
-        && source.expiry_policy == ExpiryPolicy::Never;
+    let durable =
+        source.durable != TerminusDurability::None && source.expiry_policy == ExpiryPolicy::Never;
     let shared = has(&source.capabilities, CAP_SHARED);
     if !durable && !shared {
         return SubscriptionKind::Plain;
     }
     SubscriptionKind::Named {
-        name: subscription_name(link_name, container_id, shared, has(&source.capabilities, CAP_GLOBAL)),
+        name: subscription_name(
+            link_name,
+            container_id,
+            shared,
+            has(&source.capabilities, CAP_GLOBAL),
+        ),
         durable,
     }
 }
 
-pub fn subscription_name(link_name: &str, container_id: &str, shared: bool, global: bool) -> String {
+pub fn subscription_name(
+    link_name: &str,
+    container_id: &str,
+    shared: bool,
+    global: bool,
+) -> String {
     let base = if shared {
         link_name.split('|').next().unwrap_or(link_name)
     } else {
@@ -132,11 +142,20 @@ mod tests {
     #[test]
     fn capabilities_and_prefixes() {
         assert_eq!(resolve("a", &[]).routing, RoutingType::Anycast);
-        assert_eq!(resolve("a", &[Symbol::from("topic")]).routing, RoutingType::Multicast);
+        assert_eq!(
+            resolve("a", &[Symbol::from("topic")]).routing,
+            RoutingType::Multicast
+        );
         let n = resolve("topic://t", &[]);
         assert_eq!((&*n.name, n.routing), ("t", RoutingType::Multicast));
-        assert_eq!(resolve_relay("x", Some(&Value::Byte(1))).routing, RoutingType::Multicast);
-        assert_eq!(resolve_relay("x", Some(&Value::Byte(0))).routing, RoutingType::Anycast);
+        assert_eq!(
+            resolve_relay("x", Some(&Value::Byte(1))).routing,
+            RoutingType::Multicast
+        );
+        assert_eq!(
+            resolve_relay("x", Some(&Value::Byte(0))).routing,
+            RoutingType::Anycast
+        );
     }
 
     #[test]
@@ -176,6 +195,9 @@ mod tests {
                 durable: true
             }
         );
-        assert_eq!(subscription_kind(&Source::default(), "s", "c"), SubscriptionKind::Plain);
+        assert_eq!(
+            subscription_kind(&Source::default(), "s", "c"),
+            SubscriptionKind::Plain
+        );
     }
 }
