@@ -16,7 +16,10 @@ use crate::core::{CoreError, RoutingType};
 use std::sync::Arc;
 
 pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionError> {
-    if s.senders.contains_key(&a.handle) || s.receivers.contains_key(&a.handle) {
+    if s.senders.contains_key(&a.handle)
+        || s.receivers.contains_key(&a.handle)
+        || s.detaching.contains(&a.handle)
+    {
         return Err(session_error(
             condition::SESSION_HANDLE_IN_USE,
             "attach on a handle already in use",
@@ -35,7 +38,7 @@ pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionErr
     Ok(())
 }
 
-fn refuse(s: &Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
+fn refuse(s: &mut Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
     tracing::debug!(
         link = a.name.as_str(),
         condition = error.condition.as_str(),
@@ -47,6 +50,7 @@ fn refuse(s: &Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
         Role::Receiver => reply.source = a.source.clone(),
     }
     cx.frame(s.channel, reply);
+    s.detaching.insert(a.handle);
     cx.frame(
         s.channel,
         Detach {

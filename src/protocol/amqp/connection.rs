@@ -452,18 +452,18 @@ where
                         format!("{} on channel {channel} with no session", other.name()),
                     ));
                 };
+                let ending = session.is_ending();
                 match session.handle(&mut self.cx, other, payload) {
                     Ok(true) => {
                         if let Some(mut s) = self.sessions.remove(&channel) {
-                            s.end(&mut self.cx, None);
+                            if !ending {
+                                s.end(&mut self.cx, None);
+                            }
                         }
                     }
                     Ok(false) => {}
-                    Err(SessionError::End(error)) => {
-                        if let Some(mut s) = self.sessions.remove(&channel) {
-                            s.end(&mut self.cx, Some(error));
-                        }
-                    }
+                    // Kept until the peer's end, so its frames in flight still find it.
+                    Err(SessionError::End(error)) => session.end(&mut self.cx, Some(error)),
                     Err(SessionError::Connection(error)) => return Err(ConnError::Close(error)),
                 }
                 Ok(false)

@@ -18,7 +18,7 @@ use crate::core::queue::Queue;
 use crate::core::CoreError;
 use crate::store::Completion;
 use bytes::{Bytes, BytesMut};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// Our incoming window; re-announced when half used.
@@ -60,6 +60,9 @@ pub struct Session {
     unsettled: HashMap<u32, Unsettled>,
     /// We sent `end` and wait for the peer's.
     ending: bool,
+    /// Links we detached (refused or failed) whose detach the peer has yet to send: its
+    /// frames for them, already in flight, are ignored.
+    pub detaching: HashSet<u32>,
 }
 
 impl Session {
@@ -77,6 +80,7 @@ impl Session {
             receivers: HashMap::new(),
             unsettled: HashMap::new(),
             ending: false,
+            detaching: HashSet::new(),
         };
         cx.frame(
             channel,
@@ -143,6 +147,10 @@ impl Session {
     }
 
     /// Ends the session: an error `end` waits for the peer's, a reply is final.
+    pub fn is_ending(&self) -> bool {
+        self.ending
+    }
+
     pub fn end(&mut self, cx: &mut Ctx, error: Option<AmqpError>) {
         self.ending = error.is_some();
         cx.frame(self.channel, End { error });
@@ -162,6 +170,10 @@ impl Session {
 
     fn detach(&mut self, cx: &mut Ctx, detach: Detach) -> Result<(), SessionError> {
         let handle = detach.handle;
+        if self.detaching.remove(&handle) {
+            // The answer to our own detach.
+            return Ok(());
+        }
         if let Some(link) = self.senders.remove(&handle) {
             let consumer = link.subscription.consumer();
             cx.consumers.remove(&consumer);
@@ -198,6 +210,7 @@ impl Session {
             self.unsettled.retain(|_, u| u.handle != handle);
         }
         self.receivers.remove(&handle);
+        self.detaching.insert(handle);
         cx.frame(
             self.channel,
             Detach {
@@ -239,6 +252,9 @@ impl Session {
             if flow.echo {
                 self.send_link_flow(cx, handle);
             }
+            return Ok(());
+        }
+        if self.detaching.contains(&handle) {
             return Ok(());
         }
         Err(session_error(
@@ -362,6 +378,9 @@ impl Session {
         let handle = t.handle;
         let max = cx.options.max_message_size;
         let Some(link) = self.receivers.get_mut(&handle) else {
+            if self.detaching.contains(&handle) {
+                return Ok(());
+            }
             if self.senders.contains_key(&handle) {
                 return Err(session_error(
                     condition::SESSION_ERRANT_LINK,
