@@ -5,6 +5,22 @@
 //! [`WIRE_FORMAT`]), so an AMQP consumer receives the bare message it came in with. Outbound,
 //! a message with that wire form gets a fresh header in front of those bytes; any other message
 //! (e.g. from STOMP) is built from the neutral fields.
+//!
+//! | core field      | AMQP                                                    | STOMP header            |
+//! |-----------------|---------------------------------------------------------|-------------------------|
+//! | body            | data (joined) / amqp-value string or binary / else the encoded body | body        |
+//! | durable         | header.durable                                          | persistent              |
+//! | priority        | header.priority                                         | priority                |
+//! | expires_at      | properties.absolute-expiry-time, else now + header.ttl  | expires / ttl           |
+//! | message_id      | properties.message-id (text form)                       | original-message-id     |
+//! | correlation_id  | properties.correlation-id                               | correlation-id          |
+//! | reply_to        | properties.reply-to                                     | reply-to                |
+//! | content_type    | properties.content-type                                 | content-type            |
+//! | subject         | properties.subject                                      | subject                 |
+//! | group_id        | properties.group-id, else app-property JMSXGroupID / _AMQ_GROUP_ID / _HQ_GROUP_ID | JMSXGroupID |
+//! | group_seq       | properties.group-sequence (uint, 4294967295 = -1)       | JMSXGroupSeq            |
+//! | due_at          | annotation x-opt-delivery-time (abs) / x-opt-delivery-delay (rel), or app-properties AMQ_SCHEDULED_TIME, _AMQ_SCHED_DELIVERY, AMQ_SCHEDULED_DELAY, x-delay, delay (s) | same names |
+//! | properties      | application-properties (typed)                          | other headers (strings) |
 
 use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
 use super::types::{Map, Str, Symbol, Value as AmqpValue};
