@@ -453,7 +453,22 @@ where
                     ));
                 };
                 let ending = session.is_ending();
-                match session.handle(&mut self.cx, other, payload) {
+                let is_flow = matches!(other, Performative::Flow(_));
+                let result = session.handle(&mut self.cx, other, payload);
+                if is_flow && result.is_ok() {
+                    // A drain makes the core dispatch at once into our channel: send that
+                    // before telling the peer the drain is over.
+                    while let Ok(d) = self.deliveries.try_recv() {
+                        self.deliver(d);
+                    }
+                    if let Some(session) = self.sessions.get_mut(&channel) {
+                        session.finish_drains(&mut self.cx);
+                    }
+                }
+                let Some(session) = self.sessions.get_mut(&channel) else {
+                    return Ok(false);
+                };
+                match result {
                     Ok(true) => {
                         if let Some(mut s) = self.sessions.remove(&channel) {
                             if !ending {

@@ -25,6 +25,8 @@ pub struct SenderLink {
     pub delivery_count: u32,
     pub credit: u32,
     pub drain: bool,
+    /// The core was told to drain; what it dispatched is in the connection's channel.
+    pub core_drained: bool,
     granted: u64,
     received: u64,
     pub pending: VecDeque<Delivery>,
@@ -43,6 +45,7 @@ impl SenderLink {
             delivery_count: 0,
             credit: 0,
             drain: false,
+            core_drained: false,
             granted: 0,
             received: 0,
             pending: VecDeque::new(),
@@ -101,6 +104,7 @@ impl SenderLink {
     /// Drain: the core drops the credit it still holds; we spend ours on nothing.
     /// Returns the credit the core dropped (for the caller to collect stragglers).
     pub fn drain_core(&mut self) -> u32 {
+        self.core_drained = true;
         let q = self.subscription.queue().clone();
         let dropped = q.drain(self.subscription.consumer());
         self.granted -= u64::from(dropped).min(self.granted);
@@ -112,6 +116,13 @@ impl SenderLink {
         self.delivery_count = self.delivery_count.wrapping_add(self.credit);
         self.credit = 0;
         self.drain = false;
+        self.core_drained = false;
+    }
+
+    /// Whether a drain can be answered now: no credit left, or the core drained and
+    /// everything it had is sent.
+    pub fn drain_done(&self) -> bool {
+        self.drain && (self.credit == 0 || (self.core_drained && self.pending.is_empty()))
     }
 }
 

@@ -355,13 +355,29 @@ impl Session {
                 .clone()
                 .ack(link.subscription.consumer(), &auto_acks);
         }
-        if link.drain && link.pending.is_empty() {
-            if link.credit > 0 {
-                link.drain_core();
-            }
-            // The drain may have dispatched more; they are in the channel, sent next turn
-            // against fresh credit. What the peer asked for is settled now.
+        if link.drain && link.credit > 0 && link.pending.is_empty() && !link.core_drained {
+            // What the core dispatches while draining lands in the connection's channel;
+            // the connection feeds it in and then calls `finish_drains`.
+            link.drain_core();
+        }
+        if link.drain_done() {
             link.finish_drain();
+            self.send_link_flow(cx, handle);
+        }
+    }
+
+    /// Answers drains whose deliveries have all been sent.
+    pub fn finish_drains(&mut self, cx: &mut Ctx) {
+        let done: Vec<u32> = self
+            .senders
+            .iter()
+            .filter(|(_, l)| l.drain_done())
+            .map(|(h, _)| *h)
+            .collect();
+        for handle in done {
+            if let Some(link) = self.senders.get_mut(&handle) {
+                link.finish_drain();
+            }
             self.send_link_flow(cx, handle);
         }
     }
