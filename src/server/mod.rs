@@ -8,6 +8,7 @@ use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::{Broker, BrokerOptions, CoreError};
+use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
 use std::net::SocketAddr;
@@ -110,6 +111,18 @@ fn stomp_options(config: &Config) -> StompOptions {
     }
 }
 
+fn amqp_options(config: &Config, containers: ContainerRegistry) -> AmqpOptions {
+    let limits = config.limits();
+    AmqpOptions {
+        max_frame_size: u32::try_from(limits.max_frame_size).unwrap_or(u32::MAX),
+        max_message_size: limits.max_message_size as u64,
+        // AMQP's idle timeout is the deadline, peers heart-beat at half of it.
+        idle_timeout: limits.heartbeat * 2,
+        containers,
+        ..AmqpOptions::default()
+    }
+}
+
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
@@ -117,6 +130,7 @@ impl Server {
         let permits = Arc::new(Semaphore::new(config.limits().max_connections));
         let mut bound = Vec::new();
         let mut tasks = Vec::new();
+        let containers = ContainerRegistry::default();
         for listener in config.listeners() {
             let socket =
                 TcpListener::bind(listener.bind)
@@ -131,10 +145,13 @@ impl Server {
             bound.push((listener.name.clone(), addr));
             let mut stomp = stomp_options(config);
             stomp.connection_factory = listener.connection_factory.clone();
+            let mut amqp = amqp_options(config, containers.clone());
+            amqp.connection_factory = listener.connection_factory.clone();
             let acceptor = Acceptor {
                 broker: broker.clone(),
                 listener,
                 stomp,
+                amqp,
                 permits: permits.clone(),
                 shutdown: shutdown.clone(),
             };
@@ -163,6 +180,7 @@ struct Acceptor {
     broker: Broker,
     listener: Listener,
     stomp: StompOptions,
+    amqp: AmqpOptions,
     permits: Arc<Semaphore>,
     shutdown: broadcast::Sender<()>,
 }
@@ -187,10 +205,11 @@ impl Acceptor {
             let _ = stream.set_nodelay(true);
             let broker = self.broker.clone();
             let stomp = self.stomp.clone();
+            let amqp = self.amqp.clone();
             let protocols = self.listener.protocols.clone();
             let shutdown = self.shutdown.subscribe();
             tokio::spawn(async move {
-                serve_connection(stream, peer, broker, &protocols, stomp, shutdown).await;
+                serve_connection(stream, peer, broker, &protocols, (stomp, amqp), shutdown).await;
                 drop(permit);
             });
         }
@@ -202,7 +221,7 @@ async fn serve_connection(
     peer: SocketAddr,
     broker: Broker,
     protocols: &[Protocol],
-    stomp: StompOptions,
+    (stomp, amqp): (StompOptions, AmqpOptions),
     shutdown: broadcast::Receiver<()>,
 ) {
     let protocol = match protocols {
@@ -214,8 +233,6 @@ async fn serve_connection(
     };
     match protocol {
         Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
-        Protocol::Amqp => {
-            tracing::warn!(%peer, "AMQP connection refused: AMQP 1.0 is not available in this build yet");
-        }
+        Protocol::Amqp => amqp::serve(stream, peer, broker, amqp, shutdown).await,
     }
 }

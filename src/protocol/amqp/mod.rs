@@ -1,18 +1,28 @@
 //! AMQP 1.0 wire level: type system, composite types (performatives, SASL, delivery states,
 //! termini, transactions), message sections, and the transport frame codec.
 //!
-//! Everything here is protocol data only; connection, session and link state live above.
+//! The wire level (types, codec, messaging, sasl) is protocol data only; `connection`,
+//! `session`, `attach`, `link` and `txn` are the endpoints that serve clients over the core.
 
+mod attach;
 pub mod codec;
+pub mod connection;
+pub mod convert;
 pub mod definitions;
 pub mod described;
 pub mod error;
+mod handshake;
+mod link;
 pub mod messaging;
 pub mod performatives;
 pub mod sasl;
+mod session;
+mod terminus;
+mod txn;
 pub mod types;
 
 pub use codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
+pub use connection::{serve, AmqpOptions, ContainerRegistry};
 pub use definitions::{
     AmqpError, Coordinator, Declare, DeliveryState, Discharge, ExpiryPolicy, ReceiverSettleMode,
     Role, SenderSettleMode, Source, Target, TargetKind, TerminusDurability,

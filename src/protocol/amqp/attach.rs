@@ -1,0 +1,293 @@
+//! Attaching links: turning a source (the peer receives) or a target (the peer sends) into a
+//! core subscription or a route, and answering. A refused attach is answered the spec's way:
+//! an attach with a null terminus, then a detach carrying the error.
+
+use super::connection::Ctx;
+use super::definitions::{AmqpError, ReceiverSettleMode, Role, SenderSettleMode, Source, Target};
+use super::error::condition;
+use super::link::{ReceiverLink, Route, SenderLink};
+use super::performatives::{Attach, Detach};
+use super::session::{core_condition, session_error, Session, SessionError};
+use super::terminus::{self, Node, SubscriptionKind, CAP_TEMP_TOPIC};
+use super::types::{Str, Symbol, Value};
+use super::TargetKind;
+use crate::core::consumer::{ConsumerOptions, CreditMode, MessageFilter};
+use crate::core::{CoreError, RoutingType};
+use std::sync::Arc;
+
+pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionError> {
+    if s.senders.contains_key(&a.handle)
+        || s.receivers.contains_key(&a.handle)
+        || s.detaching.contains(&a.handle)
+    {
+        return Err(session_error(
+            condition::SESSION_HANDLE_IN_USE,
+            "attach on a handle already in use",
+        ));
+    }
+    if a.handle > s.handle_max {
+        return Err(SessionError::Connection(AmqpError::new(
+            condition::CONNECTION_FRAMING_ERROR,
+            Some("handle over handle-max"),
+        )));
+    }
+    match a.role {
+        Role::Receiver => attach_sender(s, cx, a),
+        Role::Sender => attach_receiver(s, cx, a),
+    }
+    Ok(())
+}
+
+fn refuse(s: &mut Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
+    tracing::debug!(
+        link = a.name.as_str(),
+        condition = error.condition.as_str(),
+        "attach refused"
+    );
+    let mut reply = Attach::new(a.name.as_str(), a.handle, role);
+    match role {
+        Role::Sender => reply.target = a.target.clone(),
+        Role::Receiver => reply.source = a.source.clone(),
+    }
+    cx.frame(s.channel, reply);
+    s.detaching.insert(a.handle);
+    cx.frame(
+        s.channel,
+        Detach {
+            handle: a.handle,
+            closed: true,
+            error: Some(error),
+        },
+    );
+}
+
+fn error(condition: &str, description: impl AsRef<str>) -> AmqpError {
+    AmqpError::new(condition, Some(description.as_ref()))
+}
+
+fn core_error(e: &CoreError) -> AmqpError {
+    error(core_condition(e), e.to_string())
+}
+
+/// The peer receives: the broker sends from a queue or a topic subscription.
+fn attach_sender(s: &mut Session, cx: &mut Ctx, a: Attach) {
+    let link = match subscribe(cx, &a) {
+        Ok(link) => link,
+        Err(e) => return refuse(s, cx, &a, Role::Sender, e),
+    };
+    let (link, source) = link;
+    let mut reply = Attach::new(a.name.as_str(), a.handle, Role::Sender);
+    reply.snd_settle_mode = if link.presettled {
+        SenderSettleMode::Settled
+    } else {
+        a.snd_settle_mode
+    };
+    reply.rcv_settle_mode = ReceiverSettleMode::First;
+    reply.source = Some(source);
+    reply.target = a.target.clone();
+    reply.initial_delivery_count = Some(0);
+    cx.frame(s.channel, reply);
+    cx.consumers
+        .insert(link.subscription.consumer(), (s.channel, a.handle));
+    s.senders.insert(a.handle, link);
+}
+
+fn consumer_options(a: &Attach, source: &Source) -> Result<ConsumerOptions, AmqpError> {
+    let filter = terminus::selector(source.filter.as_ref())
+        .map_err(|e| error(condition::INVALID_FIELD, e.to_string()))?
+        .map(|sel| Arc::new(sel) as Arc<dyn MessageFilter>);
+    let priority = a
+        .properties
+        .as_ref()
+        .and_then(|p| {
+            p.iter()
+                .find(|(k, _)| matches!(k, Value::Symbol(s) if s.as_str() == "priority"))
+        })
+        .and_then(|(_, v)| match v {
+            Value::Int(n) => Some(*n),
+            Value::Uint(n) => i32::try_from(*n).ok(),
+            Value::Ubyte(n) => Some(i32::from(*n)),
+            Value::Long(n) => i32::try_from(*n).ok(),
+            _ => None,
+        })
+        .unwrap_or(0);
+    Ok(ConsumerOptions {
+        credit: CreditMode::Explicit,
+        priority,
+        filter,
+        browse: terminus::is_browse(source),
+    })
+}
+
+fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
+    let name = a.name.as_str().to_owned();
+    let Some(source) = a.source.clone() else {
+        return reattach_durable(cx, a);
+    };
+    let options = consumer_options(a, &source)?;
+    let browse = options.browse;
+    let presettled = a.snd_settle_mode == SenderSettleMode::Settled || browse;
+    let sink = cx.sink.clone();
+    if source.dynamic {
+        let temp = cx.broker.create_temporary_queue();
+        let sub = cx
+            .broker
+            .subscribe(temp.name(), RoutingType::Anycast, options, sink)
+            .map_err(|e| core_error(&e))?;
+        let mut reply = source;
+        reply.address = Some(Str::from(&**temp.name()));
+        let mut link = SenderLink::new(sub, presettled, browse);
+        link.temporary = Some(temp);
+        return Ok((link, reply));
+    }
+    let Some(address) = source.address.as_ref() else {
+        return Err(error(condition::INVALID_FIELD, "source has no address"));
+    };
+    let Node {
+        name: node,
+        routing,
+    } = terminus::resolve(address.as_str(), &source.capabilities);
+    let mut durable = None;
+    let sub = match routing {
+        RoutingType::Anycast => cx.broker.subscribe(&node, routing, options, sink),
+        RoutingType::Multicast => {
+            match terminus::subscription_kind(&source, &name, &cx.container_id) {
+                SubscriptionKind::Plain => cx.broker.subscribe(&node, routing, options, sink),
+                SubscriptionKind::Named {
+                    name: sub_name,
+                    durable: is_durable,
+                } => {
+                    if is_durable {
+                        durable = Some((node.clone(), sub_name.clone()));
+                    }
+                    cx.broker
+                        .subscribe_named(&node, &sub_name, is_durable, options, sink)
+                }
+            }
+        }
+    }
+    .map_err(|e| core_error(&e))?;
+    let mut link = SenderLink::new(sub, presettled, browse);
+    link.durable = durable;
+    Ok((link, source))
+}
+
+/// Qpid JMS unsubscribes by attaching to the subscription's link name with no source (the
+/// broker answers with the source it has, if any) and detaching with `closed`.
+fn reattach_durable(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
+    let link_name = a.name.as_str();
+    let global = a
+        .desired_capabilities
+        .iter()
+        .any(|c| c.as_str() == terminus::CAP_GLOBAL);
+    let candidates = [
+        terminus::subscription_name(link_name, &cx.container_id, false, false),
+        terminus::subscription_name(link_name, &cx.container_id, true, global),
+        terminus::subscription_name(link_name, &cx.container_id, true, true),
+    ];
+    let names = cx.broker.queue_names();
+    for sub_name in candidates {
+        let suffix = format!("::durable::{sub_name}");
+        let Some(topic) = names
+            .iter()
+            .find_map(|q| q.strip_suffix(suffix.as_str()).map(str::to_owned))
+        else {
+            continue;
+        };
+        let options = ConsumerOptions {
+            credit: CreditMode::Explicit,
+            ..ConsumerOptions::default()
+        };
+        let sub = cx
+            .broker
+            .subscribe_named(&topic, &sub_name, true, options, cx.sink.clone())
+            .map_err(|e| core_error(&e))?;
+        let source = Source {
+            address: Some(Str::from(topic.as_str())),
+            durable: super::TerminusDurability::UnsettledState,
+            expiry_policy: super::ExpiryPolicy::Never,
+            capabilities: vec![Symbol::from_static(terminus::CAP_TOPIC)],
+            ..Source::default()
+        };
+        let mut link = SenderLink::new(sub, false, false);
+        link.durable = Some((Arc::from(topic.as_str()), sub_name));
+        return Ok((link, source));
+    }
+    Err(error(condition::NOT_FOUND, "no such durable subscription"))
+}
+
+/// The peer sends: to a node, to the anonymous relay, to a dynamic node, or to the
+/// transaction coordinator.
+fn attach_receiver(s: &mut Session, cx: &mut Ctx, a: Attach) {
+    let (route, target) = match route(cx, &a) {
+        Ok(r) => r,
+        Err(e) => return refuse(s, cx, &a, Role::Receiver, e),
+    };
+    let mut reply = Attach::new(a.name.as_str(), a.handle, Role::Receiver);
+    reply.snd_settle_mode = a.snd_settle_mode;
+    reply.rcv_settle_mode = ReceiverSettleMode::First;
+    reply.source = a.source.clone();
+    reply.target = target;
+    reply.max_message_size = Some(cx.options.max_message_size);
+    cx.frame(s.channel, reply);
+    let producer = cx
+        .factory
+        .as_ref()
+        .map(|f| f.new_producer())
+        .unwrap_or_default();
+    s.receivers.insert(
+        a.handle,
+        ReceiverLink {
+            route,
+            producer,
+            credit: cx.options.link_credit,
+            delivery_count: a.initial_delivery_count.unwrap_or(0),
+            partial: None,
+        },
+    );
+    s.send_link_flow(cx, a.handle);
+}
+
+fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpError> {
+    let target = match &a.target {
+        Some(TargetKind::Coordinator(c)) => {
+            return Ok((Route::Coordinator, Some(TargetKind::Coordinator(c.clone()))))
+        }
+        Some(TargetKind::Target(t)) => t.clone(),
+        None => return Ok((Route::Anonymous, None)),
+    };
+    if target.dynamic {
+        let mut reply: Target = target.clone();
+        let temp_topic = target
+            .capabilities
+            .iter()
+            .any(|c| c.as_str() == CAP_TEMP_TOPIC);
+        let route = if temp_topic {
+            let name: Arc<str> =
+                Arc::from(format!("temp-topic.{:x}", cx.broker.next_consumer_id()));
+            reply.address = Some(Str::from(&*name));
+            Route::Node {
+                name,
+                routing: RoutingType::Multicast,
+            }
+        } else {
+            let temp = cx.broker.create_temporary_queue();
+            reply.address = Some(Str::from(&**temp.name()));
+            Route::Temporary(temp)
+        };
+        return Ok((route, Some(TargetKind::Target(reply))));
+    }
+    let Some(address) = target.address.as_ref() else {
+        return Ok((Route::Anonymous, Some(TargetKind::Target(target))));
+    };
+    let Node { name, routing } = terminus::resolve(address.as_str(), &target.capabilities);
+    if routing == RoutingType::Anycast {
+        cx.broker
+            .queue_or_create(&name, false)
+            .map_err(|e| core_error(&e))?;
+    }
+    Ok((
+        Route::Node { name, routing },
+        Some(TargetKind::Target(target)),
+    ))
+}

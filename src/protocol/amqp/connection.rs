@@ -1,0 +1,515 @@
+//! One AMQP connection: a task owning the socket, its sessions, and one channel on which the
+//! core hands over deliveries for every link of the connection.
+//!
+//! Handlers are synchronous and only queue frames in [`Ctx::out`]; the loop writes them all
+//! with one flush per wake-up. Work that must wait for the disk (settling a durable transfer,
+//! committing a transaction) runs as a future in [`Ctx::waiting`] and comes back as a
+//! disposition.
+
+use super::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
+use super::definitions::{AmqpError, DeliveryState};
+use super::error::{condition, AmqpCodecError};
+use super::handshake::{self, HandshakeError};
+use super::performatives::{Close, Open, Performative};
+use super::session::{Session, SessionError};
+use super::txn::Transactions;
+use super::types::{Symbol, Value};
+use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
+use crate::core::factory::ConnectionFactory;
+use crate::core::Broker;
+use dashmap::DashMap;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
+use futures_util::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
+use tokio_util::codec::Framed;
+use tracing::Instrument;
+
+/// Limits and names an AMQP acceptor runs with (from the config's limits).
+#[derive(Debug, Clone)]
+pub struct AmqpOptions {
+    /// Largest frame we accept (announced in `open`).
+    pub max_frame_size: u32,
+    /// Largest message, over all its transfer frames.
+    pub max_message_size: u64,
+    /// We close a connection silent for this long; peers are asked to send within half.
+    /// Zero: no idle timeout.
+    pub idle_timeout: Duration,
+    /// Credit each receiving link grants its sender.
+    pub link_credit: u32,
+    pub channel_max: u16,
+    /// Connection factory of the acceptor (an `open` hostname naming one wins).
+    pub connection_factory: Option<String>,
+    pub handshake_timeout: Duration,
+    /// Container ids of open connections that asked to be the only one for their container.
+    pub containers: ContainerRegistry,
+}
+
+impl Default for AmqpOptions {
+    fn default() -> Self {
+        AmqpOptions {
+            max_frame_size: 1 << 20,
+            max_message_size: 100 << 20,
+            idle_timeout: Duration::from_secs(60),
+            link_credit: 1000,
+            channel_max: 255,
+            connection_factory: None,
+            handshake_timeout: Duration::from_secs(10),
+            containers: ContainerRegistry::default(),
+        }
+    }
+}
+
+/// Broker-wide: which container ids have a connection that claimed them
+/// (`sole-connection-for-container`). Shared by all AMQP acceptors.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerRegistry(Arc<DashMap<String, ()>>);
+
+impl ContainerRegistry {
+    /// Claims `id`; the guard releases it.
+    fn claim(&self, id: &str) -> Option<ContainerClaim> {
+        match self.0.entry(id.to_owned()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => None,
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(());
+                Some(ContainerClaim {
+                    registry: self.clone(),
+                    id: id.to_owned(),
+                })
+            }
+        }
+    }
+}
+
+struct ContainerClaim {
+    registry: ContainerRegistry,
+    id: String,
+}
+
+impl Drop for ContainerClaim {
+    fn drop(&mut self) {
+        self.registry.0.remove(&self.id);
+    }
+}
+
+pub const CAP_DELAYED_DELIVERY: &str = "DELAYED_DELIVERY";
+pub const CAP_ANONYMOUS_RELAY: &str = "ANONYMOUS-RELAY";
+pub const CAP_SHARED_SUBS: &str = "SHARED-SUBS";
+pub const CAP_SOLE_CONNECTION: &str = "sole-connection-for-container";
+
+/// A disk write finished: the disposition it was holding back.
+#[derive(Debug)]
+pub struct Settled {
+    pub channel: u16,
+    pub generation: u64,
+    pub delivery_id: u32,
+    pub state: DeliveryState,
+}
+
+/// Connection-wide state that sessions and links work with.
+pub struct Ctx {
+    pub broker: Broker,
+    pub options: AmqpOptions,
+    pub container_id: String,
+    pub factory: Option<ConnectionFactory>,
+    /// Frames to write at the next flush.
+    pub out: Vec<Frame>,
+    pub sink: DeliverySink,
+    /// Which link each consumer delivers to: (channel, handle).
+    pub consumers: HashMap<ConsumerId, (u16, u32)>,
+    pub waiting: FuturesUnordered<BoxFuture<'static, Settled>>,
+    pub txns: Transactions,
+    /// The peer's frame limit.
+    pub remote_max_frame: u32,
+    next_generation: u64,
+}
+
+impl Ctx {
+    pub fn frame(&mut self, channel: u16, performative: impl Into<Performative>) {
+        self.out.push(Frame::Amqp(AmqpFrame {
+            channel,
+            performative: performative.into(),
+            payload: bytes::Bytes::new(),
+        }));
+    }
+
+    pub fn generation(&mut self) -> u64 {
+        self.next_generation += 1;
+        self.next_generation
+    }
+}
+
+/// Why a connection ends.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("{}", .0.condition.as_str())]
+    Close(AmqpError),
+    #[error(transparent)]
+    Codec(#[from] AmqpCodecError),
+}
+
+fn close_error(condition: &str, description: impl Into<String>) -> ConnError {
+    ConnError::Close(AmqpError::new(condition, Some(&description.into())))
+}
+
+pub async fn serve<S>(
+    io: S,
+    peer: SocketAddr,
+    broker: Broker,
+    options: AmqpOptions,
+    shutdown: broadcast::Receiver<()>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let span = tracing::info_span!("amqp", %peer);
+    run(io, broker, options, shutdown).instrument(span).await
+}
+
+async fn run<S>(io: S, broker: Broker, options: AmqpOptions, mut shutdown: broadcast::Receiver<()>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let mut framed =
+        Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
+    match handshake::handshake(&mut framed, &broker, options.handshake_timeout).await {
+        Ok(user) => tracing::debug!(?user, "authenticated"),
+        Err(e @ (HandshakeError::Closed | HandshakeError::AuthFailed)) => {
+            tracing::debug!(error = %e, "handshake ended");
+            return;
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "handshake failed");
+            return;
+        }
+    }
+    let (sink, deliveries) = mpsc::unbounded_channel();
+    let mut conn = Connection {
+        framed,
+        cx: Ctx {
+            broker,
+            container_id: String::new(),
+            factory: None,
+            out: Vec::new(),
+            sink,
+            consumers: HashMap::new(),
+            waiting: FuturesUnordered::new(),
+            txns: Transactions::default(),
+            remote_max_frame: u32::MAX,
+            next_generation: 0,
+            options,
+        },
+        deliveries,
+        sessions: HashMap::new(),
+        claim: None,
+        remote_idle: None,
+        last_read: Instant::now(),
+        last_write: Instant::now(),
+    };
+    let result = match conn.open().await {
+        Ok(true) => conn.main_loop(&mut shutdown).await,
+        Ok(false) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        let error = match &e {
+            ConnError::Close(err) => err.clone(),
+            ConnError::Codec(AmqpCodecError::Io(_)) => return conn.end_sessions(),
+            ConnError::Codec(c) => AmqpError::from(c),
+        };
+        tracing::info!(condition = error.condition.as_str(), description = ?error.description, "closing connection");
+        conn.cx.out.clear();
+        conn.cx.frame(0, Close { error: Some(error) });
+        let _ = conn.flush().await;
+    }
+    conn.end_sessions();
+}
+
+struct Connection<S> {
+    framed: Framed<S, AmqpFrameCodec>,
+    cx: Ctx,
+    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// By the peer's channel number (ours is the same).
+    sessions: HashMap<u16, Session>,
+    claim: Option<ContainerClaim>,
+    /// Send something at least this often.
+    remote_idle: Option<Duration>,
+    last_read: Instant,
+    last_write: Instant,
+}
+
+impl<S> Connection<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    /// Waits for the peer's `open` and answers it. `Ok(false)` when the connection is refused
+    /// (already answered) or the peer left.
+    async fn open(&mut self) -> Result<bool, ConnError> {
+        let open = loop {
+            match self.framed.next().await {
+                None => return Ok(false),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(Inbound::Heartbeat)) => continue,
+                Some(Ok(Inbound::Frame(Frame::Amqp(AmqpFrame {
+                    performative: Performative::Open(open),
+                    ..
+                })))) => break open,
+                Some(Ok(_)) => {
+                    return Err(close_error(condition::ILLEGAL_STATE, "expected open"));
+                }
+            }
+        };
+        self.cx.container_id = open.container_id.as_str().to_owned();
+        let options = &self.cx.options;
+        let mut reply = Open::new(&format!("weir-{:x}", self.cx.broker.next_consumer_id()));
+        reply.max_frame_size = options.max_frame_size;
+        reply.channel_max = options.channel_max.min(open.channel_max);
+        if !options.idle_timeout.is_zero() {
+            reply.idle_time_out = Some(options.idle_timeout.as_millis() as u32);
+        }
+        reply.offered_capabilities = [
+            CAP_DELAYED_DELIVERY,
+            CAP_ANONYMOUS_RELAY,
+            CAP_SHARED_SUBS,
+            CAP_SOLE_CONNECTION,
+        ]
+        .into_iter()
+        .map(Symbol::from_static)
+        .collect();
+        let sole = open
+            .desired_capabilities
+            .iter()
+            .any(|c| c.as_str() == CAP_SOLE_CONNECTION);
+        if sole {
+            match self.cx.options.containers.claim(&self.cx.container_id) {
+                Some(claim) => self.claim = Some(claim),
+                None => {
+                    // Qpid JMS reads this pair as InvalidClientIDException.
+                    reply.properties = Some(vec![(
+                        Value::symbol("amqp:connection-establishment-failed"),
+                        Value::Bool(true),
+                    )]);
+                    self.cx.frame(0, reply);
+                    let mut error = AmqpError::new(
+                        condition::INVALID_FIELD,
+                        Some("a connection with this container id is already open"),
+                    );
+                    error.info = Some(vec![(
+                        Value::symbol("invalid-field"),
+                        Value::symbol("container-id"),
+                    )]);
+                    self.cx.frame(0, Close { error: Some(error) });
+                    let _ = self.flush().await;
+                    return Ok(false);
+                }
+            }
+        }
+        self.cx.factory = open
+            .hostname
+            .as_ref()
+            .and_then(|h| self.cx.broker.connection_factory(h.as_str()))
+            .or_else(|| {
+                options
+                    .connection_factory
+                    .as_deref()
+                    .and_then(|n| self.cx.broker.connection_factory(n))
+            })
+            .cloned();
+        self.cx.remote_max_frame = open.max_frame_size;
+        self.framed
+            .codec_mut()
+            .set_remote_max_frame_size(open.max_frame_size);
+        // Heart-beat at half the peer's timeout, as the spec suggests.
+        self.remote_idle = open
+            .idle_time_out
+            .filter(|t| *t > 0)
+            .map(|t| Duration::from_millis(u64::from(t) / 2));
+        tracing::debug!(container = %self.cx.container_id, "open");
+        self.cx.frame(0, reply);
+        self.flush().await?;
+        Ok(true)
+    }
+
+    async fn main_loop(&mut self, shutdown: &mut broadcast::Receiver<()>) -> Result<(), ConnError> {
+        let ours = self.cx.options.idle_timeout;
+        let tick = [self.remote_idle, (!ours.is_zero()).then_some(ours)]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(Duration::from_secs(3600), |d| d / 4)
+            .max(Duration::from_millis(20));
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                item = self.framed.next() => {
+                    self.last_read = Instant::now();
+                    match item {
+                        None => return Ok(()),
+                        Some(Err(e)) => return Err(e.into()),
+                        Some(Ok(Inbound::Heartbeat)) => {}
+                        Some(Ok(Inbound::Header(_))) => {
+                            return Err(close_error(condition::CONNECTION_FRAMING_ERROR, "unexpected protocol header"));
+                        }
+                        Some(Ok(Inbound::Frame(Frame::Sasl(_)))) => {
+                            return Err(close_error(condition::CONNECTION_FRAMING_ERROR, "SASL frame after SASL"));
+                        }
+                        Some(Ok(Inbound::Frame(Frame::Amqp(frame)))) => {
+                            if self.handle(frame)? {
+                                self.flush().await?;
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+                Some(delivery) = self.deliveries.recv() => {
+                    self.deliver(delivery);
+                    // Take what else is ready so one flush carries a batch.
+                    for _ in 0..256 {
+                        match self.deliveries.try_recv() {
+                            Ok(d) => self.deliver(d),
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
+                    if let Some(session) = self.sessions.get_mut(&settled.channel) {
+                        session.settled(&mut self.cx, settled);
+                    }
+                }
+                _ = ticker.tick() => {
+                    // Twice the announced timeout: peers heart-beat at half of it at best, and
+                    // a busy client's event loop may run late.
+                    if !ours.is_zero() && self.last_read.elapsed() > ours * 2 {
+                        return Err(close_error(condition::RESOURCE_LIMIT_EXCEEDED, "idle timeout: nothing received"));
+                    }
+                    if let Some(every) = self.remote_idle {
+                        if self.cx.out.is_empty() && self.last_write.elapsed() >= every {
+                            self.framed.send(Outbound::Heartbeat).await?;
+                            self.last_write = Instant::now();
+                        }
+                    }
+                }
+                _ = shutdown.recv() => {
+                    return Err(close_error(condition::CONNECTION_FORCED, "broker shutting down"));
+                }
+            }
+            if !self.cx.out.is_empty() {
+                self.flush().await?;
+            }
+        }
+    }
+
+    /// Routes one frame. `Ok(true)` when the peer closed the connection.
+    fn handle(&mut self, frame: AmqpFrame) -> Result<bool, ConnError> {
+        let AmqpFrame {
+            channel,
+            performative,
+            payload,
+        } = frame;
+        match performative {
+            Performative::Close(close) => {
+                if let Some(e) = close.error {
+                    tracing::debug!(condition = e.condition.as_str(), "peer closed with error");
+                }
+                self.cx.frame(0, Close::default());
+                Ok(true)
+            }
+            Performative::Open(_) => Err(close_error(condition::ILLEGAL_STATE, "second open")),
+            Performative::Begin(begin) => {
+                if begin.remote_channel.is_some() {
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        "begin with a remote-channel: we never begin sessions",
+                    ));
+                }
+                if self.sessions.contains_key(&channel) {
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        "channel already in use",
+                    ));
+                }
+                if channel > self.cx.options.channel_max {
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        "channel over channel-max",
+                    ));
+                }
+                let generation = self.cx.generation();
+                let session = Session::begin(&mut self.cx, channel, generation, &begin);
+                self.sessions.insert(channel, session);
+                Ok(false)
+            }
+            other => {
+                let Some(session) = self.sessions.get_mut(&channel) else {
+                    return Err(close_error(
+                        condition::NOT_ALLOWED,
+                        format!("{} on channel {channel} with no session", other.name()),
+                    ));
+                };
+                let ending = session.is_ending();
+                let is_flow = matches!(other, Performative::Flow(_));
+                let result = session.handle(&mut self.cx, other, payload);
+                if is_flow && result.is_ok() {
+                    // A drain makes the core dispatch at once into our channel: send that
+                    // before telling the peer the drain is over.
+                    while let Ok(d) = self.deliveries.try_recv() {
+                        self.deliver(d);
+                    }
+                    if let Some(session) = self.sessions.get_mut(&channel) {
+                        session.finish_drains(&mut self.cx);
+                    }
+                }
+                let Some(session) = self.sessions.get_mut(&channel) else {
+                    return Ok(false);
+                };
+                match result {
+                    Ok(true) => {
+                        if let Some(mut s) = self.sessions.remove(&channel) {
+                            if !ending {
+                                s.end(&mut self.cx, None);
+                            }
+                        }
+                    }
+                    Ok(false) => {}
+                    // Kept until the peer's end, so its frames in flight still find it.
+                    Err(SessionError::End(error)) => session.end(&mut self.cx, Some(error)),
+                    Err(SessionError::Connection(error)) => return Err(ConnError::Close(error)),
+                }
+                Ok(false)
+            }
+        }
+    }
+
+    fn deliver(&mut self, delivery: Delivery) {
+        let Some(&(channel, handle)) = self.cx.consumers.get(&delivery.consumer) else {
+            // The link went away; the core returns the message when the consumer detaches.
+            return;
+        };
+        if let Some(session) = self.sessions.get_mut(&channel) {
+            session.deliver(&mut self.cx, handle, delivery);
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        for frame in self.cx.out.drain(..) {
+            self.framed.feed(Outbound::Frame(frame)).await?;
+        }
+        SinkExt::<Outbound>::flush(&mut self.framed).await?;
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    /// Drops every link: unsettled messages go back to their queues.
+    fn end_sessions(&mut self) {
+        for (_, mut session) in self.sessions.drain() {
+            session.release_all(&mut self.cx);
+        }
+        self.cx.txns.rollback_all();
+    }
+}

@@ -1,0 +1,492 @@
+//! AMQP messages to and from `core::Message`.
+//!
+//! Inbound, the core gets the neutral fields (so a STOMP consumer or a selector can read them)
+//! plus the original encoding from the message annotations on (`WireForm`, format
+//! [`WIRE_FORMAT`]), so an AMQP consumer receives the bare message it came in with. Outbound,
+//! a message with that wire form gets a fresh header in front of those bytes; any other message
+//! (e.g. from STOMP) is built from the neutral fields.
+//!
+//! | core field      | AMQP                                                    | STOMP header            |
+//! |-----------------|---------------------------------------------------------|-------------------------|
+//! | body            | data (joined) / amqp-value string or binary / else the encoded body | body        |
+//! | durable         | header.durable                                          | persistent              |
+//! | priority        | header.priority                                         | priority                |
+//! | expires_at      | properties.absolute-expiry-time, else now + header.ttl  | expires / ttl           |
+//! | message_id      | properties.message-id (text form)                       | original-message-id     |
+//! | correlation_id  | properties.correlation-id                               | correlation-id          |
+//! | reply_to        | properties.reply-to                                     | reply-to                |
+//! | content_type    | properties.content-type                                 | content-type            |
+//! | subject         | properties.subject                                      | subject                 |
+//! | group_id        | properties.group-id, else app-property JMSXGroupID / _AMQ_GROUP_ID / _HQ_GROUP_ID | JMSXGroupID |
+//! | group_seq       | properties.group-sequence (uint, 4294967295 = -1)       | JMSXGroupSeq            |
+//! | due_at          | annotation x-opt-delivery-time (abs) / x-opt-delivery-delay (rel), or app-properties AMQ_SCHEDULED_TIME, _AMQ_SCHED_DELIVERY, AMQ_SCHEDULED_DELAY, x-delay, delay (s) | same names |
+//! | properties      | application-properties (typed)                          | other headers (strings) |
+
+use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
+use super::types::{Map, Str, Symbol, Value as AmqpValue};
+use crate::core::message::{Message, Value, WireForm};
+use bytes::{Bytes, BytesMut};
+use std::sync::Arc;
+
+/// `WireForm::format` of our stored encoding: message-annotations (if any), bare message, footer.
+pub const WIRE_FORMAT: u32 = 0x414d_5150; // "AMQP"
+
+/// Ten years: a delay beyond it is a mistake, not a delay (as for STOMP).
+const ABSURD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+pub const DELIVERY_TIME: &str = "x-opt-delivery-time";
+pub const DELIVERY_DELAY: &str = "x-opt-delivery-delay";
+const GROUP_ID_PROPERTIES: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
+
+/// Why an AMQP message cannot become a core message (rejected with `amqp:invalid-field`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    #[error("invalid {field}: {why}")]
+    InvalidField {
+        field: &'static str,
+        why: &'static str,
+    },
+}
+
+fn invalid(field: &'static str, why: &'static str) -> ConvertError {
+    ConvertError::InvalidField { field, why }
+}
+
+/// The core's text form of a message-id / correlation-id.
+pub fn id_text(id: &MessageId) -> Arc<str> {
+    match id {
+        MessageId::String(s) => Arc::from(s.as_str()),
+        MessageId::Ulong(n) => Arc::from(n.to_string()),
+        MessageId::Uuid(u) => Arc::from(uuid_text(u)),
+        MessageId::Binary(b) => Arc::from(b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+    }
+}
+
+fn uuid_text(u: &[u8; 16]) -> String {
+    let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// An application-property value as the core keeps it (typed, so selectors compare numbers).
+pub fn core_value(v: &AmqpValue) -> Option<Value> {
+    Some(match v {
+        AmqpValue::Null => Value::Null,
+        AmqpValue::Bool(b) => Value::Bool(*b),
+        AmqpValue::Ubyte(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Ushort(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Uint(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Ulong(n) => Value::Int(*n as i64),
+        AmqpValue::Byte(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Short(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Int(n) => Value::Int(i64::from(*n)),
+        AmqpValue::Long(n) => Value::Int(*n),
+        AmqpValue::Timestamp(n) => Value::Int(*n),
+        AmqpValue::Float(f) => Value::Double(f64::from(*f)),
+        AmqpValue::Double(f) => Value::Double(*f),
+        AmqpValue::Char(c) => Value::String(Arc::from(c.to_string())),
+        AmqpValue::String(s) => Value::String(Arc::from(s.as_str())),
+        AmqpValue::Symbol(s) => Value::String(Arc::from(s.as_str())),
+        AmqpValue::Binary(b) => Value::Binary(b.clone()),
+        AmqpValue::Uuid(u) => Value::String(Arc::from(uuid_text(u))),
+        _ => return None,
+    })
+}
+
+fn amqp_value(v: &Value) -> AmqpValue {
+    match v {
+        Value::Null => AmqpValue::Null,
+        Value::Bool(b) => AmqpValue::Bool(*b),
+        Value::Int(n) => AmqpValue::Long(*n),
+        Value::Double(f) => AmqpValue::Double(*f),
+        Value::String(s) => AmqpValue::String(Str::from(&**s)),
+        Value::Binary(b) => AmqpValue::Binary(b.clone()),
+    }
+}
+
+fn key_str(k: &AmqpValue) -> Option<&str> {
+    match k {
+        AmqpValue::String(s) => Some(s.as_str()),
+        AmqpValue::Symbol(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+fn annotation<'m>(map: Option<&'m Map>, key: &str) -> Option<&'m AmqpValue> {
+    map?.iter()
+        .find(|(k, _)| key_str(k) == Some(key))
+        .map(|(_, v)| v)
+}
+
+fn as_i64(v: &AmqpValue) -> Option<i64> {
+    match v {
+        AmqpValue::Timestamp(n) | AmqpValue::Long(n) => Some(*n),
+        AmqpValue::Int(n) => Some(i64::from(*n)),
+        AmqpValue::Uint(n) => Some(i64::from(*n)),
+        AmqpValue::Ulong(n) => i64::try_from(*n).ok(),
+        AmqpValue::Short(n) => Some(i64::from(*n)),
+        AmqpValue::Byte(n) => Some(i64::from(*n)),
+        AmqpValue::Ubyte(n) => Some(i64::from(*n)),
+        AmqpValue::Ushort(n) => Some(i64::from(*n)),
+        AmqpValue::String(s) => s.as_str().trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// The due time: `x-opt-delivery-time` (absolute) beats `x-opt-delivery-delay` (relative);
+/// then the application properties other brokers' clients use (as STOMP headers do).
+fn due_at(view: &MessageView, now: u64) -> Result<Option<u64>, ConvertError> {
+    let ann = view.message_annotations();
+    let props = view.application_properties();
+    let absolute = [
+        (annotation(ann, DELIVERY_TIME), DELIVERY_TIME),
+        (
+            annotation(props, "AMQ_SCHEDULED_TIME"),
+            "AMQ_SCHEDULED_TIME",
+        ),
+        (
+            annotation(props, "_AMQ_SCHED_DELIVERY"),
+            "_AMQ_SCHED_DELIVERY",
+        ),
+    ];
+    for (value, name) in absolute {
+        if let Some(v) = value {
+            let at = as_i64(v).ok_or(invalid(name, "not an integer time"))?;
+            let at = u64::try_from(at).map_err(|_| invalid(name, "negative time"))?;
+            if at > now.saturating_add(ABSURD_MS) {
+                return Err(invalid(name, "absurdly far in the future"));
+            }
+            return Ok(Some(at));
+        }
+    }
+    let relative = [
+        (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY, 1u64),
+        (
+            annotation(props, "AMQ_SCHEDULED_DELAY"),
+            "AMQ_SCHEDULED_DELAY",
+            1,
+        ),
+        (annotation(props, "x-delay"), "x-delay", 1),
+        (annotation(props, "delay"), "delay", 1000),
+    ];
+    for (value, name, unit) in relative {
+        if let Some(v) = value {
+            let d = as_i64(v).ok_or(invalid(name, "not an integer delay"))?;
+            let d = u64::try_from(d).map_err(|_| invalid(name, "a delay cannot be negative"))?;
+            let ms = d
+                .checked_mul(unit)
+                .filter(|ms| *ms <= ABSURD_MS)
+                .ok_or(invalid(name, "absurdly far in the future"))?;
+            return Ok(Some(now + ms));
+        }
+    }
+    Ok(None)
+}
+
+/// The body as neutral bytes: data sections joined, a string or binary amqp-value as its
+/// bytes, anything else as its encoded section(s).
+fn body_bytes(view: &MessageView) -> Bytes {
+    match view.body() {
+        Body::Empty => Bytes::new(),
+        Body::Data(chunks) if chunks.len() == 1 => chunks[0].clone(),
+        Body::Data(chunks) => {
+            let mut b = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+            chunks.iter().for_each(|c| b.extend_from_slice(c));
+            b.freeze()
+        }
+        Body::Value(AmqpValue::String(s)) => s.as_bytes().clone(),
+        Body::Value(AmqpValue::Binary(b)) => b.clone(),
+        Body::Value(_) | Body::Sequence(_) => view
+            .ranges()
+            .body
+            .clone()
+            .map_or_else(Bytes::new, |r| view.raw().slice(r)),
+    }
+}
+
+/// Builds the core message for a transfer's payload. `address` is where the link (or the
+/// message's `to`, for the anonymous relay) sends it.
+pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Message, ConvertError> {
+    let mut m = Message {
+        body: body_bytes(view),
+        address,
+        timestamp: now,
+        priority: Message::DEFAULT_PRIORITY,
+        ..Message::default()
+    };
+    if let Some(h) = view.header() {
+        m.durable = h.durable;
+        m.priority = h.priority.min(9);
+        m.expires_at = h.ttl.filter(|t| *t > 0).map(|t| now + u64::from(t));
+    }
+    if let Some(p) = view.properties() {
+        m.message_id = p.message_id.as_ref().map(id_text);
+        m.correlation_id = p.correlation_id.as_ref().map(id_text);
+        m.reply_to = p.reply_to.as_ref().map(|s| Arc::from(s.as_str()));
+        m.content_type = p.content_type.as_ref().map(|s| Arc::from(s.as_str()));
+        m.subject = p.subject.as_ref().map(|s| Arc::from(s.as_str()));
+        m.user_id = p
+            .user_id
+            .as_ref()
+            .map(|b| Arc::from(String::from_utf8_lossy(b).as_ref()));
+        if let Some(at) = p.absolute_expiry_time.filter(|t| *t > 0) {
+            m.expires_at = Some(at as u64);
+        }
+        m.group_id = p.group_id.as_ref().map(|s| Arc::from(s.as_str()));
+        m.group_seq = p.group_sequence.map(|s| s as i32);
+    }
+    if let Some(props) = view.application_properties() {
+        for (k, v) in props {
+            let (Some(name), Some(value)) = (key_str(k), core_value(v)) else {
+                continue;
+            };
+            if GROUP_ID_PROPERTIES.contains(&name) {
+                if m.group_id.is_none() {
+                    m.group_id = value.as_str().map(Arc::from);
+                }
+                continue;
+            }
+            if name == "JMSXGroupSeq" {
+                if m.group_seq.is_none() {
+                    m.group_seq = as_i64(v).map(|s| s as u32 as i32);
+                }
+                continue;
+            }
+            m.properties.push((Arc::from(name), value));
+        }
+    }
+    m.due_at = due_at(view, now)?;
+    let ranges = view.ranges();
+    let from = ranges
+        .message_annotations
+        .as_ref()
+        .map_or(ranges.bare.start, |r| r.start);
+    m.wire = Some(WireForm {
+        format: WIRE_FORMAT,
+        bytes: view.raw().slice(from..),
+    });
+    Ok(m)
+}
+
+/// The header an outgoing delivery carries.
+fn header_for(m: &Message, delivery_count: u32, now: u64) -> Header {
+    Header {
+        durable: m.durable,
+        priority: m.priority,
+        ttl: m
+            .expires_at
+            .map(|at| u32::try_from(at.saturating_sub(now).max(1)).unwrap_or(u32::MAX)),
+        first_acquirer: delivery_count <= 1,
+        delivery_count: delivery_count.saturating_sub(1),
+    }
+}
+
+/// Encodes the payload for a delivery: the original bytes behind a fresh header when the
+/// message came in over AMQP, otherwise a message built from the neutral fields.
+pub fn outbound(m: &Message, delivery_count: u32, now: u64, buf: &mut BytesMut) {
+    use super::described::Composite;
+    let header = header_for(m, delivery_count, now);
+    match &m.wire {
+        Some(w) if w.format == WIRE_FORMAT => {
+            header.encode(buf);
+            buf.extend_from_slice(&w.bytes);
+        }
+        _ => build(m, header).encode(buf),
+    }
+}
+
+/// A message from another protocol, as an AMQP client expects it.
+fn build(m: &Message, header: Header) -> AmqpMessage {
+    let text = |s: &Option<Arc<str>>| s.as_deref().map(Str::from);
+    let properties = Properties {
+        message_id: m
+            .message_id
+            .as_deref()
+            .map(|s| MessageId::String(Str::from(s))),
+        user_id: m
+            .user_id
+            .as_deref()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes())),
+        to: Some(Str::from(&*m.address)),
+        subject: text(&m.subject),
+        reply_to: text(&m.reply_to),
+        correlation_id: m
+            .correlation_id
+            .as_deref()
+            .map(|s| MessageId::String(Str::from(s))),
+        content_type: m.content_type.as_deref().map(Symbol::from),
+        content_encoding: None,
+        absolute_expiry_time: m.expires_at.map(|t| t as i64),
+        creation_time: Some(m.timestamp as i64),
+        group_id: text(&m.group_id),
+        group_sequence: m.group_seq.map(|s| s as u32),
+        reply_to_group_id: None,
+    };
+    let application_properties: Map = m
+        .properties
+        .iter()
+        .map(|(k, v)| (AmqpValue::String(Str::from(&**k)), amqp_value(v)))
+        .collect();
+    let mut annotations = Map::new();
+    if let Some(at) = m.due_at {
+        annotations.push((
+            AmqpValue::symbol(DELIVERY_TIME),
+            AmqpValue::Timestamp(at as i64),
+        ));
+    }
+    AmqpMessage {
+        header: Some(header),
+        delivery_annotations: None,
+        message_annotations: (!annotations.is_empty()).then_some(annotations),
+        properties: Some(properties),
+        application_properties: (!application_properties.is_empty())
+            .then_some(application_properties),
+        body: Body::Data(vec![m.body.clone()]),
+        footer: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn jms_like() -> AmqpMessage {
+        AmqpMessage {
+            header: Some(Header {
+                durable: true,
+                priority: 7,
+                ttl: Some(60_000),
+                ..Header::default()
+            }),
+            delivery_annotations: None,
+            message_annotations: Some(vec![
+                (AmqpValue::symbol("x-opt-jms-msg-type"), AmqpValue::Byte(5)),
+                (AmqpValue::symbol(DELIVERY_DELAY), AmqpValue::Long(5000)),
+            ]),
+            properties: Some(Properties {
+                message_id: Some(MessageId::String(Str::from("ID:1"))),
+                correlation_id: Some(MessageId::Ulong(42)),
+                reply_to: Some(Str::from("replies")),
+                content_type: Some(Symbol::from("text/plain")),
+                group_id: Some(Str::from("g1")),
+                group_sequence: Some(u32::MAX),
+                ..Properties::default()
+            }),
+            application_properties: Some(vec![
+                (AmqpValue::string("color"), AmqpValue::string("red")),
+                (AmqpValue::string("n"), AmqpValue::Int(3)),
+            ]),
+            body: Body::Value(AmqpValue::string("hello")),
+            footer: None,
+        }
+    }
+
+    #[test]
+    fn inbound_maps_fields() {
+        let view = MessageView::parse(jms_like().to_bytes()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        assert!(m.durable);
+        assert_eq!(m.priority, 7);
+        assert_eq!(m.expires_at, Some(61_000));
+        assert_eq!(m.due_at, Some(6000));
+        assert_eq!(m.message_id.as_deref(), Some("ID:1"));
+        assert_eq!(m.correlation_id.as_deref(), Some("42"));
+        assert_eq!(m.reply_to.as_deref(), Some("replies"));
+        assert_eq!(m.group_id.as_deref(), Some("g1"));
+        assert_eq!(m.group_seq, Some(-1));
+        assert_eq!(&m.body[..], b"hello");
+        assert_eq!(m.property("color"), Some(&Value::String(Arc::from("red"))));
+        assert_eq!(m.property("n"), Some(&Value::Int(3)));
+        let wire = m.wire.unwrap();
+        assert_eq!(wire.format, WIRE_FORMAT);
+        // The stored bytes start at the message annotations: the header is not kept.
+        assert_eq!(
+            wire.bytes[..],
+            view.raw()[view.ranges().message_annotations.clone().unwrap().start..]
+        );
+    }
+
+    #[test]
+    fn outbound_keeps_the_bare_message_and_rewrites_the_header() {
+        let view = MessageView::parse(jms_like().to_bytes()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let mut buf = BytesMut::new();
+        outbound(&m, 3, 2000, &mut buf);
+        let out = MessageView::parse(buf.freeze()).unwrap();
+        assert_eq!(out.bare_message(), view.bare_message());
+        assert_eq!(out.message_annotations(), view.message_annotations());
+        let h = out.header().unwrap();
+        assert_eq!(h.delivery_count, 2);
+        assert_eq!(h.ttl, Some(59_000));
+    }
+
+    #[test]
+    fn negative_or_garbage_delay_is_refused() {
+        let mut msg = jms_like();
+        msg.message_annotations = Some(vec![(
+            AmqpValue::symbol(DELIVERY_DELAY),
+            AmqpValue::Long(-5),
+        )]);
+        let view = MessageView::parse(msg.to_bytes()).unwrap();
+        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+        msg.message_annotations = None;
+        msg.application_properties = Some(vec![(
+            AmqpValue::string("x-delay"),
+            AmqpValue::string("soon"),
+        )]);
+        let view = MessageView::parse(msg.to_bytes()).unwrap();
+        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+    }
+
+    #[test]
+    fn absolute_delivery_time_beats_delay() {
+        let mut msg = jms_like();
+        msg.message_annotations = Some(vec![
+            (AmqpValue::symbol(DELIVERY_DELAY), AmqpValue::Long(5)),
+            (AmqpValue::symbol(DELIVERY_TIME), AmqpValue::Timestamp(9999)),
+        ]);
+        let view = MessageView::parse(msg.to_bytes()).unwrap();
+        assert_eq!(
+            inbound(&view, Arc::from("q"), 0).unwrap().due_at,
+            Some(9999)
+        );
+    }
+
+    #[test]
+    fn stomp_message_becomes_amqp() {
+        let m = Message {
+            body: Bytes::from_static(b"hi"),
+            address: Arc::from("q"),
+            content_type: Some(Arc::from("text/plain")),
+            correlation_id: Some(Arc::from("c-1")),
+            reply_to: Some(Arc::from("/queue/r")),
+            group_id: Some(Arc::from("g")),
+            group_seq: Some(2),
+            properties: vec![(Arc::from("k"), Value::String(Arc::from("v")))],
+            priority: 4,
+            ..Message::default()
+        };
+        let mut buf = BytesMut::new();
+        outbound(&m, 1, 0, &mut buf);
+        let v = MessageView::parse(buf.freeze()).unwrap();
+        let p = v.properties().unwrap();
+        assert_eq!(
+            p.content_type.as_ref().map(Symbol::as_str),
+            Some("text/plain")
+        );
+        assert_eq!(p.correlation_id, Some(MessageId::String(Str::from("c-1"))));
+        assert_eq!(p.group_id.as_ref().map(Str::as_str), Some("g"));
+        assert_eq!(p.group_sequence, Some(2));
+        assert_eq!(v.body(), &Body::Data(vec![Bytes::from_static(b"hi")]));
+        assert_eq!(
+            v.application_properties().unwrap()[0],
+            (AmqpValue::string("k"), AmqpValue::string("v"))
+        );
+    }
+}

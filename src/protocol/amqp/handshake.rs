@@ -1,0 +1,153 @@
+//! Protocol headers and the SASL layer, up to the point where AMQP frames may flow.
+//!
+//! SASL first (`AMQP 3 1 0 0`): PLAIN against the broker's users, ANONYMOUS when the config
+//! allows it; bad credentials get an `auth` outcome, never a silent close. A plain AMQP header
+//! without SASL is accepted only where anonymous access is. Any other header is answered with
+//! the one we want and the connection closed, as the spec asks.
+
+use super::codec::{AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
+use super::error::AmqpCodecError;
+use super::sasl::{SaslCode, SaslFrame, SaslMechanisms, SaslOutcome};
+use super::types::Symbol;
+use crate::core::Broker;
+use futures_util::{SinkExt, StreamExt};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::Framed;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    #[error("peer closed the connection during the handshake")]
+    Closed,
+    #[error("no protocol header in time")]
+    Timeout,
+    #[error("unsupported protocol header {0:?}")]
+    Unsupported(ProtocolHeader),
+    #[error("SASL authentication failed")]
+    AuthFailed,
+    #[error("SASL exchange broken: {0}")]
+    Sasl(&'static str),
+    #[error(transparent)]
+    Codec(#[from] AmqpCodecError),
+}
+
+/// Who the peer authenticated as (`None` = anonymous).
+pub type Principal = Option<String>;
+
+async fn next<S>(framed: &mut Framed<S, AmqpFrameCodec>) -> Result<Inbound, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    loop {
+        match framed.next().await {
+            None => return Err(HandshakeError::Closed),
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(Inbound::Heartbeat)) => continue,
+            Some(Ok(item)) => return Ok(item),
+        }
+    }
+}
+
+/// Runs the header and SASL exchange; on success the AMQP header has been sent and the next
+/// inbound item is the peer's `open`.
+pub async fn handshake<S>(
+    framed: &mut Framed<S, AmqpFrameCodec>,
+    broker: &Broker,
+    timeout: Duration,
+) -> Result<Principal, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match tokio::time::timeout(timeout, exchange(framed, broker)).await {
+        Ok(r) => r,
+        Err(_) => Err(HandshakeError::Timeout),
+    }
+}
+
+async fn exchange<S>(
+    framed: &mut Framed<S, AmqpFrameCodec>,
+    broker: &Broker,
+) -> Result<Principal, HandshakeError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let anonymous = broker.auth().allows_anonymous();
+    let header = match next(framed).await {
+        Ok(Inbound::Header(h)) => h,
+        Ok(_) => return Err(HandshakeError::Sasl("expected a protocol header")),
+        Err(HandshakeError::Codec(e @ AmqpCodecError::BadProtocolHeader(_))) => {
+            let _ = framed.send(Outbound::Header(ProtocolHeader::SASL)).await;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e),
+    };
+    if header == ProtocolHeader::AMQP && anonymous {
+        framed.send(Outbound::Header(ProtocolHeader::AMQP)).await?;
+        return Ok(None);
+    }
+    if header != ProtocolHeader::SASL {
+        // Answer with the header we would accept, then close (spec 2.2).
+        let _ = framed.send(Outbound::Header(ProtocolHeader::SASL)).await;
+        return Err(HandshakeError::Unsupported(header));
+    }
+    framed.feed(Outbound::Header(ProtocolHeader::SASL)).await?;
+    let mut mechanisms = vec![Symbol::from_static("PLAIN")];
+    if anonymous {
+        mechanisms.push(Symbol::from_static("ANONYMOUS"));
+    }
+    framed
+        .send(Outbound::Frame(Frame::Sasl(SaslFrame::Mechanisms(
+            SaslMechanisms { mechanisms },
+        ))))
+        .await?;
+    let init = match next(framed).await? {
+        Inbound::Frame(Frame::Sasl(SaslFrame::Init(init))) => init,
+        _ => return Err(HandshakeError::Sasl("expected sasl-init")),
+    };
+    let principal = match init.mechanism.as_str() {
+        "PLAIN" => plain(broker, init.initial_response.as_deref().unwrap_or_default()),
+        "ANONYMOUS" if anonymous => Ok(None),
+        _ => Err(HandshakeError::AuthFailed),
+    };
+    let code = if principal.is_ok() {
+        SaslCode::Ok
+    } else {
+        SaslCode::Auth
+    };
+    framed
+        .send(Outbound::Frame(Frame::Sasl(SaslFrame::Outcome(
+            SaslOutcome {
+                code,
+                additional_data: None,
+            },
+        ))))
+        .await?;
+    let principal = principal?;
+    match next(framed).await? {
+        Inbound::Header(h) if h == ProtocolHeader::AMQP => {
+            framed.send(Outbound::Header(ProtocolHeader::AMQP)).await?;
+            Ok(principal)
+        }
+        Inbound::Header(h) => {
+            let _ = framed.send(Outbound::Header(ProtocolHeader::AMQP)).await;
+            Err(HandshakeError::Unsupported(h))
+        }
+        _ => Err(HandshakeError::Sasl("expected the AMQP header after SASL")),
+    }
+}
+
+/// PLAIN: `authzid NUL authcid NUL password` (RFC 4616).
+fn plain(broker: &Broker, response: &[u8]) -> Result<Principal, HandshakeError> {
+    let mut parts = response.split(|b| *b == 0);
+    let (Some(_authzid), Some(user), Some(pass), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HandshakeError::AuthFailed);
+    };
+    let user = std::str::from_utf8(user).map_err(|_| HandshakeError::AuthFailed)?;
+    let pass = std::str::from_utf8(pass).map_err(|_| HandshakeError::AuthFailed)?;
+    broker
+        .auth()
+        .authenticate(Some(user), Some(pass))
+        .map_err(|_| HandshakeError::AuthFailed)
+}

@@ -1,0 +1,829 @@
+//! A session: windows, transfer and delivery ids, its links by handle, and the deliveries it
+//! has sent and the peer has yet to settle.
+
+use super::connection::{Ctx, Settled};
+use super::convert;
+use super::definitions::{AmqpError, DeliveryState, Role};
+use super::described::Composite;
+use super::error::condition;
+use super::link::{Partial, ReceiverLink, Route, SenderLink};
+use super::messaging::{Body, MessageView};
+use super::performatives::{Begin, Detach, Disposition, End, Flow, Performative, Transfer};
+use super::terminus;
+use super::txn::{Dest, HeldAck};
+use super::{AmqpFrame, Declare, Discharge, Frame};
+use crate::core::consumer::{ConsumerId, Delivery, Release};
+use crate::core::message::now_ms;
+use crate::core::queue::Queue;
+use crate::core::CoreError;
+use crate::store::Completion;
+use bytes::{Bytes, BytesMut};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Our incoming window; re-announced when half used.
+const INCOMING_WINDOW: u32 = 1 << 20;
+/// What a transfer performative may take in a frame, with room to spare.
+const TRANSFER_OVERHEAD: usize = 64;
+
+#[derive(Debug)]
+pub enum SessionError {
+    /// End the session with this error.
+    End(AmqpError),
+    /// Close the whole connection.
+    Connection(AmqpError),
+}
+
+pub fn session_error(condition: &str, description: &str) -> SessionError {
+    SessionError::End(AmqpError::new(condition, Some(description)))
+}
+
+/// A delivery the broker sent and the peer has not settled.
+pub struct Unsettled {
+    pub handle: u32,
+    pub consumer: ConsumerId,
+    pub queue: Arc<Queue>,
+    pub seq: u64,
+}
+
+pub struct Session {
+    pub channel: u16,
+    pub generation: u64,
+    next_outgoing_id: u32,
+    next_delivery_id: u32,
+    next_incoming_id: u32,
+    incoming_window: u32,
+    remote_incoming_window: u32,
+    pub handle_max: u32,
+    pub senders: HashMap<u32, SenderLink>,
+    pub receivers: HashMap<u32, ReceiverLink>,
+    unsettled: HashMap<u32, Unsettled>,
+    /// We sent `end` and wait for the peer's.
+    ending: bool,
+    /// Links we detached (refused or failed) whose detach the peer has yet to send: its
+    /// frames for them, already in flight, are ignored.
+    pub detaching: HashSet<u32>,
+}
+
+impl Session {
+    pub fn begin(cx: &mut Ctx, channel: u16, generation: u64, begin: &Begin) -> Session {
+        let s = Session {
+            channel,
+            generation,
+            next_outgoing_id: 1,
+            next_delivery_id: 0,
+            next_incoming_id: begin.next_outgoing_id,
+            incoming_window: INCOMING_WINDOW,
+            remote_incoming_window: begin.incoming_window,
+            handle_max: begin.handle_max.min(65535),
+            senders: HashMap::new(),
+            receivers: HashMap::new(),
+            unsettled: HashMap::new(),
+            ending: false,
+            detaching: HashSet::new(),
+        };
+        cx.frame(
+            channel,
+            Begin {
+                remote_channel: Some(channel),
+                next_outgoing_id: s.next_outgoing_id,
+                incoming_window: s.incoming_window,
+                outgoing_window: u32::MAX,
+                handle_max: s.handle_max,
+                offered_capabilities: Vec::new(),
+                desired_capabilities: Vec::new(),
+                properties: None,
+            },
+        );
+        s
+    }
+
+    /// Handles a frame for this session; `Ok(true)` when the session is over.
+    pub fn handle(
+        &mut self,
+        cx: &mut Ctx,
+        performative: Performative,
+        payload: Bytes,
+    ) -> Result<bool, SessionError> {
+        if self.ending {
+            // Everything but the peer's end is moot now.
+            return Ok(matches!(performative, Performative::End(_)));
+        }
+        match performative {
+            Performative::End(end) => {
+                if let Some(e) = end.error {
+                    tracing::debug!(
+                        condition = e.condition.as_str(),
+                        "peer ended session with error"
+                    );
+                }
+                Ok(true)
+            }
+            Performative::Attach(attach) => {
+                self.attach(cx, *attach)?;
+                Ok(false)
+            }
+            Performative::Detach(detach) => {
+                self.detach(cx, detach)?;
+                Ok(false)
+            }
+            Performative::Flow(flow) => {
+                self.flow(cx, flow)?;
+                Ok(false)
+            }
+            Performative::Transfer(transfer) => {
+                self.transfer(cx, transfer, payload)?;
+                Ok(false)
+            }
+            Performative::Disposition(d) => {
+                self.disposition(cx, d);
+                Ok(false)
+            }
+            other => Err(SessionError::Connection(AmqpError::new(
+                condition::ILLEGAL_STATE,
+                Some(&format!("{} on a session channel", other.name())),
+            ))),
+        }
+    }
+
+    /// Ends the session: an error `end` waits for the peer's, a reply is final.
+    pub fn is_ending(&self) -> bool {
+        self.ending
+    }
+
+    pub fn end(&mut self, cx: &mut Ctx, error: Option<AmqpError>) {
+        self.ending = error.is_some();
+        cx.frame(self.channel, End { error });
+        self.release_all(cx);
+    }
+
+    /// Drops every link; the core returns unsettled messages to their queues.
+    pub fn release_all(&mut self, cx: &mut Ctx) {
+        for (_, link) in self.senders.drain() {
+            cx.consumers.remove(&link.subscription.consumer());
+        }
+        self.receivers.clear();
+        self.unsettled.clear();
+    }
+
+    // ---- links -------------------------------------------------------------------------
+
+    fn detach(&mut self, cx: &mut Ctx, detach: Detach) -> Result<(), SessionError> {
+        let handle = detach.handle;
+        if self.detaching.remove(&handle) {
+            // The answer to our own detach.
+            return Ok(());
+        }
+        if let Some(link) = self.senders.remove(&handle) {
+            let consumer = link.subscription.consumer();
+            cx.consumers.remove(&consumer);
+            self.unsettled.retain(|_, u| u.handle != handle);
+            let durable = link.durable.clone();
+            let queue = link.queue().clone();
+            drop(link);
+            if let (true, Some((topic, name))) = (detach.closed, durable) {
+                if queue.stats().consumers == 0 {
+                    cx.broker.delete_durable_subscription(&topic, &name);
+                }
+            }
+        } else if self.receivers.remove(&handle).is_none() {
+            return Err(session_error(
+                condition::SESSION_UNATTACHED_HANDLE,
+                "detach of a handle that is not attached",
+            ));
+        }
+        cx.frame(
+            self.channel,
+            Detach {
+                handle,
+                closed: detach.closed,
+                error: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Detaches a link of ours with an error (e.g. a message over the size limit).
+    pub fn detach_with_error(&mut self, cx: &mut Ctx, handle: u32, error: AmqpError) {
+        if let Some(link) = self.senders.remove(&handle) {
+            cx.consumers.remove(&link.subscription.consumer());
+            self.unsettled.retain(|_, u| u.handle != handle);
+        }
+        self.receivers.remove(&handle);
+        self.detaching.insert(handle);
+        cx.frame(
+            self.channel,
+            Detach {
+                handle,
+                closed: true,
+                error: Some(error),
+            },
+        );
+    }
+
+    // ---- flow --------------------------------------------------------------------------
+
+    fn flow(&mut self, cx: &mut Ctx, flow: Flow) -> Result<(), SessionError> {
+        // Session window: how many more transfer frames the peer takes from us.
+        let their_next_in = flow.next_incoming_id.unwrap_or(1);
+        self.remote_incoming_window = their_next_in
+            .wrapping_add(flow.incoming_window)
+            .wrapping_sub(self.next_outgoing_id);
+        let Some(handle) = flow.handle else {
+            self.pump_all(cx);
+            if flow.echo {
+                self.send_session_flow(cx);
+            }
+            return Ok(());
+        };
+        if let Some(link) = self.senders.get_mut(&handle) {
+            link.flow(
+                flow.delivery_count,
+                flow.link_credit.unwrap_or(0),
+                flow.drain,
+            );
+            self.pump(cx, handle);
+            if flow.echo {
+                self.send_link_flow(cx, handle);
+            }
+            return Ok(());
+        }
+        if self.receivers.contains_key(&handle) {
+            if flow.echo {
+                self.send_link_flow(cx, handle);
+            }
+            return Ok(());
+        }
+        if self.detaching.contains(&handle) {
+            return Ok(());
+        }
+        Err(session_error(
+            condition::SESSION_UNATTACHED_HANDLE,
+            "flow for a handle that is not attached",
+        ))
+    }
+
+    fn send_session_flow(&mut self, cx: &mut Ctx) {
+        cx.frame(self.channel, self.flow_base());
+    }
+
+    fn flow_base(&self) -> Flow {
+        Flow {
+            next_incoming_id: Some(self.next_incoming_id),
+            incoming_window: self.incoming_window,
+            next_outgoing_id: self.next_outgoing_id,
+            outgoing_window: u32::MAX,
+            ..Flow::default()
+        }
+    }
+
+    pub fn send_link_flow(&mut self, cx: &mut Ctx, handle: u32) {
+        let mut flow = self.flow_base();
+        flow.handle = Some(handle);
+        if let Some(l) = self.senders.get(&handle) {
+            flow.delivery_count = Some(l.delivery_count);
+            flow.link_credit = Some(l.credit);
+            flow.available = Some(l.pending.len() as u32);
+            flow.drain = l.drain;
+        } else if let Some(l) = self.receivers.get(&handle) {
+            flow.delivery_count = Some(l.delivery_count);
+            flow.link_credit = Some(l.credit);
+        }
+        cx.frame(self.channel, flow);
+    }
+
+    // ---- sending -----------------------------------------------------------------------
+
+    /// A delivery from the core for the link `handle`.
+    pub fn deliver(&mut self, cx: &mut Ctx, handle: u32, delivery: Delivery) {
+        let Some(link) = self.senders.get_mut(&handle) else {
+            return;
+        };
+        link.arrived(delivery);
+        self.pump(cx, handle);
+    }
+
+    fn pump_all(&mut self, cx: &mut Ctx) {
+        let handles: Vec<u32> = self.senders.keys().copied().collect();
+        for h in handles {
+            self.pump(cx, h);
+        }
+    }
+
+    /// Sends what credit and the session window allow; completes a drain.
+    fn pump(&mut self, cx: &mut Ctx, handle: u32) {
+        let mut auto_acks: Vec<u64> = Vec::new();
+        let Some(link) = self.senders.get_mut(&handle) else {
+            return;
+        };
+        while self.remote_incoming_window > 0 {
+            let Some(d) = link.next_to_send() else { break };
+            let delivery_id = self.next_delivery_id;
+            self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
+            let mut payload = BytesMut::with_capacity(d.message.weight() + 32);
+            convert::outbound(&d.message, d.delivery_count, now_ms(), &mut payload);
+            let frames = send_transfer(
+                cx,
+                self.channel,
+                handle,
+                delivery_id,
+                link.presettled,
+                payload.freeze(),
+            );
+            self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
+            self.remote_incoming_window = self.remote_incoming_window.saturating_sub(frames);
+            if link.browse {
+                continue;
+            }
+            if link.presettled {
+                auto_acks.push(d.seq);
+            } else {
+                self.unsettled.insert(
+                    delivery_id,
+                    Unsettled {
+                        handle,
+                        consumer: d.consumer,
+                        queue: d.queue,
+                        seq: d.seq,
+                    },
+                );
+            }
+        }
+        if !auto_acks.is_empty() {
+            let _ = link
+                .queue()
+                .clone()
+                .ack(link.subscription.consumer(), &auto_acks);
+        }
+        if link.drain && link.credit > 0 && link.pending.is_empty() && !link.core_drained {
+            // What the core dispatches while draining lands in the connection's channel;
+            // the connection feeds it in and then calls `finish_drains`.
+            link.drain_core();
+        }
+        if link.drain_done() {
+            link.finish_drain();
+            self.send_link_flow(cx, handle);
+        }
+    }
+
+    /// Answers drains whose deliveries have all been sent.
+    pub fn finish_drains(&mut self, cx: &mut Ctx) {
+        let done: Vec<u32> = self
+            .senders
+            .iter()
+            .filter(|(_, l)| l.drain_done())
+            .map(|(h, _)| *h)
+            .collect();
+        for handle in done {
+            if let Some(link) = self.senders.get_mut(&handle) {
+                link.finish_drain();
+            }
+            self.send_link_flow(cx, handle);
+        }
+    }
+
+    // ---- receiving ---------------------------------------------------------------------
+
+    fn transfer(&mut self, cx: &mut Ctx, t: Transfer, payload: Bytes) -> Result<(), SessionError> {
+        self.next_incoming_id = self.next_incoming_id.wrapping_add(1);
+        self.incoming_window = self.incoming_window.saturating_sub(1);
+        if self.incoming_window < INCOMING_WINDOW / 2 {
+            self.incoming_window = INCOMING_WINDOW;
+            self.send_session_flow(cx);
+        }
+        let handle = t.handle;
+        let max = cx.options.max_message_size;
+        let Some(link) = self.receivers.get_mut(&handle) else {
+            if self.detaching.contains(&handle) {
+                return Ok(());
+            }
+            if self.senders.contains_key(&handle) {
+                return Err(session_error(
+                    condition::SESSION_ERRANT_LINK,
+                    "transfer on a link where the broker is the sender",
+                ));
+            }
+            return Err(session_error(
+                condition::SESSION_UNATTACHED_HANDLE,
+                "transfer for a handle that is not attached",
+            ));
+        };
+        if t.aborted {
+            link.partial = None;
+            return Ok(());
+        }
+        let mut partial = match link.partial.take() {
+            Some(p) => p,
+            None => {
+                let Some(delivery_id) = t.delivery_id else {
+                    return Err(session_error(
+                        condition::INVALID_FIELD,
+                        "first transfer of a delivery without a delivery-id",
+                    ));
+                };
+                if !link.take_credit() {
+                    self.detach_with_error(
+                        cx,
+                        handle,
+                        AmqpError::new(
+                            condition::LINK_TRANSFER_LIMIT_EXCEEDED,
+                            Some("transfer without link credit"),
+                        ),
+                    );
+                    return Ok(());
+                }
+                let txn = match &t.state {
+                    Some(DeliveryState::TransactionalState { txn_id, .. }) => Some(txn_id.clone()),
+                    _ => None,
+                };
+                if !t.more {
+                    // The common case: one frame, no copy.
+                    let settled = t.settled.unwrap_or(false);
+                    self.complete(cx, handle, delivery_id, settled, txn, payload);
+                    return Ok(());
+                }
+                Partial {
+                    delivery_id,
+                    settled: t.settled.unwrap_or(false),
+                    txn,
+                    buf: BytesMut::new(),
+                }
+            }
+        };
+        if t.settled == Some(true) {
+            partial.settled = true;
+        }
+        if partial.buf.len() as u64 + payload.len() as u64 > max {
+            self.detach_with_error(
+                cx,
+                handle,
+                AmqpError::new(
+                    condition::LINK_MESSAGE_SIZE_EXCEEDED,
+                    Some(&format!("message larger than {max} bytes")),
+                ),
+            );
+            return Ok(());
+        }
+        partial.buf.extend_from_slice(&payload);
+        if t.more {
+            link.partial = Some(partial);
+            return Ok(());
+        }
+        let Partial {
+            delivery_id,
+            settled,
+            txn,
+            buf,
+        } = partial;
+        self.complete(cx, handle, delivery_id, settled, txn, buf.freeze());
+        Ok(())
+    }
+
+    /// A whole message arrived on a receiving link.
+    fn complete(
+        &mut self,
+        cx: &mut Ctx,
+        handle: u32,
+        delivery_id: u32,
+        settled: bool,
+        txn: Option<Bytes>,
+        payload: Bytes,
+    ) {
+        if payload.len() as u64 > cx.options.max_message_size {
+            let max = cx.options.max_message_size;
+            self.detach_with_error(
+                cx,
+                handle,
+                AmqpError::new(
+                    condition::LINK_MESSAGE_SIZE_EXCEEDED,
+                    Some(&format!("message larger than {max} bytes")),
+                ),
+            );
+            return;
+        }
+        let outcome = self.accept_message(cx, handle, delivery_id, settled, txn.as_ref(), payload);
+        self.refill(cx, handle);
+        let Some(state) = outcome else { return };
+        if !settled {
+            self.disposition_out(cx, delivery_id, state);
+        }
+    }
+
+    /// Grants the peer's sender more credit when it runs low.
+    fn refill(&mut self, cx: &mut Ctx, handle: u32) {
+        let window = cx.options.link_credit;
+        if let Some(link) = self.receivers.get_mut(&handle) {
+            if link.needs_credit(window) {
+                link.credit = window;
+                self.send_link_flow(cx, handle);
+            }
+        }
+    }
+
+    fn disposition_out(&mut self, cx: &mut Ctx, delivery_id: u32, state: DeliveryState) {
+        cx.frame(
+            self.channel,
+            Disposition {
+                role: Role::Receiver,
+                first: delivery_id,
+                last: None,
+                settled: true,
+                state: Some(state),
+                batchable: false,
+            },
+        );
+    }
+
+    /// Routes a message; returns the outcome to send now, or `None` when it comes later
+    /// (after the disk write) or is not wanted (pre-settled).
+    fn accept_message(
+        &mut self,
+        cx: &mut Ctx,
+        handle: u32,
+        delivery_id: u32,
+        settled: bool,
+        txn: Option<&Bytes>,
+        payload: Bytes,
+    ) -> Option<DeliveryState> {
+        let link = self.receivers.get(&handle)?;
+        let view = match MessageView::parse(payload) {
+            Ok(v) => v,
+            Err(e) => return Some(rejected(e.condition(), &e.to_string())),
+        };
+        if matches!(link.route, Route::Coordinator) {
+            return self.coordinate(cx, delivery_id, settled, &view);
+        }
+        let (address, dest) = match link.route.dest() {
+            Some(x) => x,
+            None => {
+                let Some(to) = view.properties().and_then(|p| p.to.as_ref()) else {
+                    return Some(rejected(
+                        condition::INVALID_FIELD,
+                        "anonymous relay: message has no 'to' address",
+                    ));
+                };
+                let jms_dest = view.message_annotations().and_then(|m| {
+                    m.iter()
+                        .find(|(k, _)| matches!(k, super::Value::Symbol(s) if s.as_str() == "x-opt-jms-dest"))
+                        .map(|(_, v)| v)
+                });
+                let node = terminus::resolve_relay(to.as_str(), jms_dest);
+                (node.name, Dest::Routed(node.routing))
+            }
+        };
+        let mut message = match convert::inbound(&view, address, now_ms()) {
+            Ok(m) => m,
+            Err(e) => return Some(rejected(condition::INVALID_FIELD, &e.to_string())),
+        };
+        link.producer.apply(&mut message);
+        if let Some(txn) = txn {
+            return Some(match cx.txns.send(txn, message, dest) {
+                Ok(()) => DeliveryState::TransactionalState {
+                    txn_id: txn.clone(),
+                    outcome: Some(Box::new(DeliveryState::Accepted)),
+                },
+                Err(_) => rejected(condition::TRANSACTION_UNKNOWN_ID, "unknown transaction"),
+            });
+        }
+        let result = match dest {
+            Dest::Routed(routing) => cx.broker.publish(message, routing),
+            Dest::Queue(q) => cx.broker.publish_to(&q, message),
+        };
+        match result {
+            Err(e) => Some(core_rejection(&e)),
+            Ok(c) if settled || c.is_ready() => Some(DeliveryState::Accepted),
+            Ok(c) => {
+                self.wait_then_settle(cx, delivery_id, c);
+                None
+            }
+        }
+    }
+
+    fn wait_then_settle(&mut self, cx: &mut Ctx, delivery_id: u32, c: Completion) {
+        let (channel, generation) = (self.channel, self.generation);
+        cx.waiting.push(Box::pin(async move {
+            let state = match c.wait().await {
+                Ok(()) => DeliveryState::Accepted,
+                Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),
+            };
+            Settled {
+                channel,
+                generation,
+                delivery_id,
+                state,
+            }
+        }));
+    }
+
+    /// A disk write finished for a delivery the peer sent.
+    pub fn settled(&mut self, cx: &mut Ctx, s: Settled) {
+        if s.generation == self.generation && !self.ending {
+            self.disposition_out(cx, s.delivery_id, s.state);
+        }
+    }
+
+    /// A message to the transaction coordinator: declare or discharge.
+    fn coordinate(
+        &mut self,
+        cx: &mut Ctx,
+        delivery_id: u32,
+        settled: bool,
+        view: &MessageView,
+    ) -> Option<DeliveryState> {
+        let Body::Value(value) = view.body() else {
+            return Some(rejected(
+                condition::DECODE_ERROR,
+                "coordinator expects an amqp-value",
+            ));
+        };
+        if Declare::from_value(value).is_ok() {
+            return Some(DeliveryState::Declared {
+                txn_id: cx.txns.declare(),
+            });
+        }
+        let Ok(discharge) = Discharge::from_value(value) else {
+            return Some(rejected(
+                condition::DECODE_ERROR,
+                "neither declare nor discharge",
+            ));
+        };
+        match cx
+            .txns
+            .discharge(&cx.broker, &discharge.txn_id, discharge.fail)
+        {
+            Err(_) => Some(rejected(
+                condition::TRANSACTION_UNKNOWN_ID,
+                "unknown transaction",
+            )),
+            Ok(Err(e)) => Some(rejected(condition::TRANSACTION_ROLLBACK, &e.to_string())),
+            Ok(Ok(c)) if settled || c.is_ready() => Some(DeliveryState::Accepted),
+            Ok(Ok(c)) => {
+                self.wait_then_settle(cx, delivery_id, c);
+                None
+            }
+        }
+    }
+
+    // ---- settlement of what we sent ---------------------------------------------------
+
+    fn disposition(&mut self, cx: &mut Ctx, d: Disposition) {
+        if d.role == Role::Sender {
+            // The peer settling its own transfers: we settle ours at once, nothing to do.
+            return;
+        }
+        let last = d.last.unwrap_or(d.first);
+        if last.wrapping_sub(d.first) > 1 << 20 {
+            return;
+        }
+        let mut id = d.first;
+        let mut acks: HashMap<(ConsumerId, u32), (Arc<Queue>, Vec<u64>)> = HashMap::new();
+        loop {
+            if let Some(u) = self.unsettled.remove(&id) {
+                let state = d.state.clone().unwrap_or(DeliveryState::Accepted);
+                match state {
+                    DeliveryState::TransactionalState { txn_id, outcome } => {
+                        let ack = HeldAck {
+                            queue: u.queue,
+                            consumer: u.consumer,
+                            seq: u.seq,
+                            outcome: outcome.map_or(DeliveryState::Accepted, |o| *o),
+                        };
+                        if let Err(ack) = cx.txns.settle(&txn_id, ack) {
+                            apply_outcome(&ack.queue, ack.consumer, ack.seq, &ack.outcome);
+                        }
+                    }
+                    DeliveryState::Accepted => {
+                        acks.entry((u.consumer, u.queue.id()))
+                            .or_insert_with(|| (u.queue.clone(), Vec::new()))
+                            .1
+                            .push(u.seq);
+                    }
+                    other => {
+                        apply_outcome(&u.queue, u.consumer, u.seq, &other);
+                    }
+                }
+            }
+            if id == last {
+                break;
+            }
+            id = id.wrapping_add(1);
+        }
+        for ((consumer, _), (queue, seqs)) in acks {
+            let _ = queue.ack(consumer, &seqs);
+        }
+        if !d.settled {
+            // The peer wants us to settle (it used rcv-settle-mode second).
+            cx.frame(
+                self.channel,
+                Disposition {
+                    role: Role::Sender,
+                    first: d.first,
+                    last: d.last,
+                    settled: true,
+                    state: d.state,
+                    batchable: false,
+                },
+            );
+        }
+    }
+
+    fn attach(&mut self, cx: &mut Ctx, attach: super::Attach) -> Result<(), SessionError> {
+        super::attach::attach(self, cx, attach)
+    }
+}
+
+/// Applies a peer's outcome for one delivery; returns the disk write of an acknowledgement.
+pub fn apply_outcome(
+    queue: &Arc<Queue>,
+    consumer: ConsumerId,
+    seq: u64,
+    outcome: &DeliveryState,
+) -> Option<Completion> {
+    let how = match outcome {
+        DeliveryState::Accepted => return queue.ack(consumer, &[seq]).ok(),
+        DeliveryState::Rejected { .. } => Release::Reject,
+        DeliveryState::Modified {
+            undeliverable_here: true,
+            ..
+        } => Release::NotHere,
+        DeliveryState::Modified {
+            delivery_failed: true,
+            ..
+        } => Release::Failed,
+        _ => Release::Unused,
+    };
+    let _ = queue.release(consumer, seq, how);
+    None
+}
+
+pub fn rejected(condition: &str, description: &str) -> DeliveryState {
+    DeliveryState::Rejected {
+        error: Some(AmqpError::new(condition, Some(description))),
+    }
+}
+
+/// The AMQP condition for a core error.
+pub fn core_condition(e: &CoreError) -> &'static str {
+    match e {
+        CoreError::NotFound(_) => condition::NOT_FOUND,
+        CoreError::InvalidAddress(_) => condition::INVALID_FIELD,
+        CoreError::DelayTooLong { .. } | CoreError::InvalidDelay(_) => condition::INVALID_FIELD,
+        CoreError::UnknownDelivery(_) => condition::ILLEGAL_STATE,
+        CoreError::ConsumerClosed => condition::ILLEGAL_STATE,
+        CoreError::Store(_) => condition::INTERNAL_ERROR,
+        CoreError::ShuttingDown => condition::RESOURCE_DELETED,
+    }
+}
+
+fn core_rejection(e: &CoreError) -> DeliveryState {
+    rejected(core_condition(e), &e.to_string())
+}
+
+/// Queues the transfer frames of one delivery, split to the peer's frame size; returns how
+/// many frames (transfer ids) it took.
+fn send_transfer(
+    cx: &mut Ctx,
+    channel: u16,
+    handle: u32,
+    delivery_id: u32,
+    settled: bool,
+    payload: Bytes,
+) -> u32 {
+    let limit = (cx.remote_max_frame as usize)
+        .saturating_sub(8 + TRANSFER_OVERHEAD)
+        .max(64);
+    let mut rest = payload;
+    let mut first = true;
+    let mut frames = 0;
+    loop {
+        let chunk = rest.split_to(rest.len().min(limit));
+        let more = !rest.is_empty();
+        let transfer = if first {
+            Transfer {
+                handle,
+                delivery_id: Some(delivery_id),
+                delivery_tag: Some(Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+                message_format: Some(0),
+                settled: Some(settled),
+                more,
+                ..Transfer::default()
+            }
+        } else {
+            Transfer {
+                handle,
+                more,
+                ..Transfer::default()
+            }
+        };
+        cx.out.push(Frame::Amqp(AmqpFrame {
+            channel,
+            performative: transfer.into(),
+            payload: chunk,
+        }));
+        frames += 1;
+        first = false;
+        if !more {
+            return frames;
+        }
+    }
+}
