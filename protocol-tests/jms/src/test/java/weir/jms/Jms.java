@@ -71,6 +71,8 @@ final class Jms {
    */
   static final class Collector {
     final String name;
+    /** The connection the consumer lives on, when the test owns one per consumer. */
+    jakarta.jms.Connection connection;
     final List<Message> received = new CopyOnWriteArrayList<>();
     private final BlockingQueue<Message> arrivals = new LinkedBlockingQueue<>();
 
