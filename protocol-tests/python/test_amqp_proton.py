@@ -100,8 +100,9 @@ def test_presettled_send_and_receive(conn, address):
 
 def test_topic_copies_to_each_receiver(conn):
     address = unique("amqp.t")
-    r1 = conn.create_receiver(address, credit=5, options=TOPIC)
-    r2 = conn.create_receiver(address, credit=5, options=TOPIC)
+    # Two links of one connection need their own names (proton's default is per address).
+    r1 = conn.create_receiver(address, credit=5, name=unique("r1"), options=TOPIC)
+    r2 = conn.create_receiver(address, credit=5, name=unique("r2"), options=TOPIC)
     conn.create_sender(address, options=TOPIC).send(Message(body="fan out"))
     assert r1.receive().body == "fan out"
     assert r2.receive().body == "fan out"
