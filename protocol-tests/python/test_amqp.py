@@ -273,7 +273,6 @@ def test_durable_subscription_survives_restart(broker, amqp):
         c.close()
 
 
-@pytest.mark.xfail(reason="needs the delay schedule installed by the server", strict=False)
 def test_delivery_time_annotation_delays(amqp):
     q = unique("q")
     c = amqp()

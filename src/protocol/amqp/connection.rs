@@ -127,6 +127,9 @@ pub struct Ctx {
     pub txns: Transactions,
     /// The peer's frame limit.
     pub remote_max_frame: u32,
+    /// A link told the core to drain: what the core dispatched is in our channel
+    /// and must be sent before the drain is answered.
+    pub drains_pending: bool,
     next_generation: u64,
 }
 
@@ -201,6 +204,7 @@ where
             waiting: FuturesUnordered::new(),
             txns: Transactions::default(),
             remote_max_frame: u32::MAX,
+            drains_pending: false,
             next_generation: 0,
             options,
         },
@@ -376,6 +380,7 @@ where
                             Err(_) => break,
                         }
                     }
+                    self.complete_drains();
                 }
                 Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
                     if let Some(session) = self.sessions.get_mut(&settled.channel) {
@@ -456,14 +461,7 @@ where
                 let is_flow = matches!(other, Performative::Flow(_));
                 let result = session.handle(&mut self.cx, other, payload);
                 if is_flow && result.is_ok() {
-                    // A drain makes the core dispatch at once into our channel: send that
-                    // before telling the peer the drain is over.
-                    while let Ok(d) = self.deliveries.try_recv() {
-                        self.deliver(d);
-                    }
-                    if let Some(session) = self.sessions.get_mut(&channel) {
-                        session.finish_drains(&mut self.cx);
-                    }
+                    self.complete_drains();
                 }
                 let Some(session) = self.sessions.get_mut(&channel) else {
                     return Ok(false);
@@ -483,6 +481,21 @@ where
                 }
                 Ok(false)
             }
+        }
+    }
+
+    /// A drain makes the core dispatch at once into our channel: send all of
+    /// that before telling the peer the drain is over.
+    fn complete_drains(&mut self) {
+        if !self.cx.drains_pending {
+            return;
+        }
+        while let Ok(d) = self.deliveries.try_recv() {
+            self.deliver(d);
+        }
+        self.cx.drains_pending = false;
+        for session in self.sessions.values_mut() {
+            session.finish_drains(&mut self.cx);
         }
     }
 

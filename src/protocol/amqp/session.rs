@@ -359,8 +359,12 @@ impl Session {
             // What the core dispatches while draining lands in the connection's channel;
             // the connection feeds it in and then calls `finish_drains`.
             link.drain_core();
+            cx.drains_pending = true;
+            return;
         }
-        if link.drain_done() {
+        // While the connection is still feeding in what the core dispatched for
+        // a drain, an empty `pending` does not mean the drain is done.
+        if link.drain_done() && !cx.drains_pending {
             link.finish_drain();
             self.send_link_flow(cx, handle);
         }
