@@ -124,7 +124,17 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
     let Some(source) = a.source.clone() else {
         return reattach_durable(cx, a);
     };
-    let options = consumer_options(a, &source)?;
+    let mut options = consumer_options(a, &source)?;
+    if !source.dynamic {
+        if let Some(address) = source.address.as_ref() {
+            let node = terminus::resolve(address.as_str(), &source.capabilities);
+            // Qpid JMS asks for distribution-mode copy on every topic
+            // subscription; only on a queue does copy mean browse.
+            if node.routing == RoutingType::Multicast {
+                options.browse = false;
+            }
+        }
+    }
     let browse = options.browse;
     let presettled = a.snd_settle_mode == SenderSettleMode::Settled || browse;
     let sink = cx.sink.clone();
