@@ -274,6 +274,28 @@ pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Messag
     Ok(m)
 }
 
+/// Brings the original bytes in line with a group id the broker stamped on the
+/// message (connection-factory autogroup or group_id), so AMQP consumers see it.
+pub fn stamp_group(m: &mut Message) {
+    let (Some(group), Some(wire)) = (&m.group_id, &m.wire) else {
+        return;
+    };
+    let Ok(view) = MessageView::parse(wire.bytes.clone()) else {
+        return;
+    };
+    if view.properties().is_some_and(|p| p.group_id.is_some()) {
+        return;
+    }
+    let mut amqp = view.into_message();
+    amqp.properties
+        .get_or_insert_with(Properties::default)
+        .group_id = Some(Str::from(&**group));
+    m.wire = Some(WireForm {
+        format: WIRE_FORMAT,
+        bytes: amqp.to_bytes(),
+    });
+}
+
 /// The header an outgoing delivery carries.
 fn header_for(m: &Message, delivery_count: u32, now: u64) -> Header {
     Header {
@@ -289,9 +311,32 @@ fn header_for(m: &Message, delivery_count: u32, now: u64) -> Header {
 
 /// Encodes the payload for a delivery: the original bytes behind a fresh header when the
 /// message came in over AMQP, otherwise a message built from the neutral fields.
-pub fn outbound(m: &Message, delivery_count: u32, now: u64, buf: &mut BytesMut) {
+pub fn outbound(
+    m: &Message,
+    delivery_count: u32,
+    now: u64,
+    group_first_key: Option<&str>,
+    buf: &mut BytesMut,
+) {
     use super::described::Composite;
     let header = header_for(m, delivery_count, now);
+    if let Some(key) = group_first_key {
+        // The first message of a group for this consumer carries the key as an
+        // application property (Artemis group-first-key): rebuild this one message.
+        let mut amqp = match &m.wire {
+            Some(w) if w.format == WIRE_FORMAT => match MessageView::parse(w.bytes.clone()) {
+                Ok(view) => view.into_message(),
+                Err(_) => build(m, header.clone()),
+            },
+            _ => build(m, header.clone()),
+        };
+        amqp.header = Some(header);
+        amqp.application_properties
+            .get_or_insert_with(Map::new)
+            .push((AmqpValue::String(Str::from(key)), AmqpValue::Bool(true)));
+        amqp.encode(buf);
+        return;
+    }
     match &m.wire {
         Some(w) if w.format == WIRE_FORMAT => {
             header.encode(buf);
@@ -417,7 +462,7 @@ mod tests {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
         let m = inbound(&view, Arc::from("q"), 1000).unwrap();
         let mut buf = BytesMut::new();
-        outbound(&m, 3, 2000, &mut buf);
+        outbound(&m, 3, 2000, None, &mut buf);
         let out = MessageView::parse(buf.freeze()).unwrap();
         assert_eq!(out.bare_message(), view.bare_message());
         assert_eq!(out.message_annotations(), view.message_annotations());
@@ -473,7 +518,7 @@ mod tests {
             ..Message::default()
         };
         let mut buf = BytesMut::new();
-        outbound(&m, 1, 0, &mut buf);
+        outbound(&m, 1, 0, None, &mut buf);
         let v = MessageView::parse(buf.freeze()).unwrap();
         let p = v.properties().unwrap();
         assert_eq!(

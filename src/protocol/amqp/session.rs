@@ -321,7 +321,17 @@ impl Session {
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
             let mut payload = BytesMut::with_capacity(d.message.weight() + 32);
-            convert::outbound(&d.message, d.delivery_count, now_ms(), &mut payload);
+            let first_key = d
+                .group_first
+                .then(|| d.queue.settings().group_first_key.as_deref())
+                .flatten();
+            convert::outbound(
+                &d.message,
+                d.delivery_count,
+                now_ms(),
+                first_key,
+                &mut payload,
+            );
             let frames = send_transfer(
                 cx,
                 self.channel,
@@ -579,7 +589,10 @@ impl Session {
             Ok(m) => m,
             Err(e) => return Some(rejected(condition::INVALID_FIELD, &e.to_string())),
         };
-        link.producer.apply(&mut message);
+        if message.group_id.is_none() && link.producer.group_id().is_some() {
+            link.producer.apply(&mut message);
+            convert::stamp_group(&mut message);
+        }
         if let Some(txn) = txn {
             return Some(match cx.txns.send(txn, message, dest) {
                 Ok(()) => DeliveryState::TransactionalState {
