@@ -11,6 +11,9 @@ use std::process::ExitCode;
 use weir::config::Config;
 use weir::server::{self, Server};
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "weir",

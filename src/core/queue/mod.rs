@@ -87,6 +87,8 @@ struct State {
     deleted: bool,
     /// `delay_before_dispatch`: when dispatch starts without enough consumers.
     hold_until: Option<std::time::Instant>,
+    /// Scratch for dispatch: consumers with nothing to take this round.
+    starved: Vec<bool>,
 }
 
 /// The owner of groups moved by a rebalance whose old owner still holds some
@@ -148,6 +150,7 @@ impl Queue {
                 backlog: Backlog::default(),
                 deleted: false,
                 hold_until: None,
+                starved: Vec::new(),
             }),
         }
     }
@@ -605,7 +608,10 @@ impl Queue {
             return;
         }
         let now = now_ms();
-        let mut starved = vec![false; st.consumers.len()];
+        // Reused between calls: dispatch runs on every publish and every ack.
+        let mut starved = std::mem::take(&mut st.starved);
+        starved.clear();
+        starved.resize(st.consumers.len(), false);
         loop {
             if st.ready.is_empty() {
                 if st.backlog.count > 0 {
@@ -684,6 +690,7 @@ impl Queue {
                 st.ready.push(entry, owner);
             }
         }
+        st.starved = starved;
     }
 
     /// `consumers_before_dispatch` / `delay_before_dispatch`: hold messages until

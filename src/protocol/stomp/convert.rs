@@ -101,6 +101,28 @@ pub fn message_from_send(
         priority: Message::DEFAULT_PRIORITY,
         ..Default::default()
     };
+    // One pass over the headers: user headers become properties (the first of
+    // a repeated one wins); only a frame carrying broker headers beyond
+    // destination/receipt/content-length takes the lookups below.
+    let mut properties = Vec::new();
+    let mut special = false;
+    for (name, value) in frame.headers.iter() {
+        if FRAME_HEADERS.contains(&name) {
+            special |= !matches!(name, "destination" | "receipt" | "content-length");
+            continue;
+        }
+        if properties
+            .iter()
+            .any(|(n, _): &(Arc<str>, Value)| &**n == name)
+        {
+            continue;
+        }
+        properties.push((Arc::from(name), Value::String(Arc::from(value))));
+    }
+    message.properties = properties;
+    if !special {
+        return Ok(message);
+    }
     message.durable = frame
         .header("persistent")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
@@ -118,18 +140,6 @@ pub fn message_from_send(
         message.group_seq = Some(parse_group_seq(seq)?);
     }
     message.due_at = due_time(frame, now)?;
-    let mut properties = Vec::new();
-    for (name, value) in frame.headers.iter() {
-        if FRAME_HEADERS.contains(&name)
-            || properties
-                .iter()
-                .any(|(n, _): &(Arc<str>, Value)| &**n == name)
-        {
-            continue;
-        }
-        properties.push((Arc::from(name), Value::String(Arc::from(value))));
-    }
-    message.properties = properties;
     Ok(message)
 }
 
@@ -237,37 +247,45 @@ fn absurd(header: &'static str, value: &str) -> ConvertError {
     }
 }
 
-/// What the MESSAGE frame needs beyond the message itself.
+/// What the MESSAGE frame needs beyond the message itself. Texts are shared
+/// (`HeaderText` clones are reference counts), so building a frame copies no text.
 pub struct DeliveryInfo<'a> {
-    pub subscription: &'a str,
-    pub message_id: String,
-    pub ack: Option<&'a str>,
-    pub destination: String,
+    pub subscription: HeaderText,
+    pub message_id: HeaderText,
+    pub ack: bool,
+    pub destination: HeaderText,
     pub redelivered: bool,
     pub group_first_key: Option<&'a str>,
+}
+
+const PRIORITIES: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+fn shared(text: &Arc<str>) -> HeaderText {
+    HeaderText::from_shared(text.clone())
 }
 
 /// The MESSAGE frame for a delivery.
 pub fn message_frame(message: &Message, info: DeliveryInfo<'_>) -> Frame {
     use super::frame::Command;
     let mut frame = Frame::new(Command::Message);
+    frame.headers = super::frame::Headers::with_capacity(8 + message.properties.len());
     let h = &mut frame.headers;
-    h.push("subscription", HeaderText::copy_from(info.subscription));
+    h.push("subscription", info.subscription);
+    if info.ack {
+        h.push("ack", info.message_id.clone());
+    }
     h.push("message-id", info.message_id);
     h.push("destination", info.destination);
-    if let Some(ack) = info.ack {
-        h.push("ack", HeaderText::copy_from(ack));
-    }
     if info.redelivered {
         h.push("redelivered", "true");
     }
     if let Some(ct) = &message.content_type {
-        h.push("content-type", HeaderText::copy_from(ct));
+        h.push("content-type", shared(ct));
     }
     if message.durable {
         h.push("persistent", "true");
     }
-    h.push("priority", message.priority.to_string());
+    h.push("priority", PRIORITIES[usize::from(message.priority.min(9))]);
     h.push("timestamp", message.timestamp.to_string());
     if let Some(at) = message.expires_at {
         h.push("expires", at.to_string());
@@ -283,11 +301,11 @@ pub fn message_frame(message: &Message, info: DeliveryInfo<'_>) -> Frame {
         ("JMSXGroupID", &message.group_id),
     ] {
         if let Some(v) = value {
-            h.push(name, HeaderText::copy_from(v));
+            h.push(name, shared(v));
         }
     }
     if let Some(id) = &message.message_id {
-        h.push("original-message-id", HeaderText::copy_from(id));
+        h.push("original-message-id", shared(id));
     }
     if let Some(seq) = message.group_seq {
         h.push("JMSXGroupSeq", seq.to_string());
@@ -296,7 +314,11 @@ pub fn message_frame(message: &Message, info: DeliveryInfo<'_>) -> Frame {
         h.push(HeaderText::copy_from(key), "true");
     }
     for (name, value) in &message.properties {
-        h.push(HeaderText::copy_from(name), value.to_text());
+        let value = match value {
+            Value::String(text) => shared(text),
+            other => HeaderText::from(other.to_text()),
+        };
+        h.push(shared(name), value);
     }
     frame.body = message.body.clone();
     frame

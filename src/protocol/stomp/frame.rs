@@ -191,6 +191,11 @@ impl HeaderText {
         HeaderText(Bytes::copy_from_slice(text.as_bytes()))
     }
 
+    /// Shares text the core already holds: no copy, the `Arc` keeps it alive.
+    pub fn from_shared(text: std::sync::Arc<str>) -> HeaderText {
+        HeaderText(Bytes::from_owner(ArcText(text)))
+    }
+
     pub fn as_str(&self) -> &str {
         // Every constructor admits UTF-8 only, so this never falls back. Checking
         // again costs a few nanoseconds for a header and keeps the crate free of
@@ -392,6 +397,15 @@ impl IntoIterator for Headers {
 
     fn into_iter(self) -> Self::IntoIter {
         self.entries.into_iter()
+    }
+}
+
+/// Lets `Bytes` borrow the bytes of an `Arc<str>`.
+struct ArcText(std::sync::Arc<str>);
+
+impl AsRef<[u8]> for ArcText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 

@@ -80,8 +80,9 @@ enum AckMode {
 }
 
 struct Sub {
-    id: String,
-    destination: String,
+    /// The subscription id and destination as they go into every MESSAGE.
+    id_text: HeaderText,
+    destination_text: HeaderText,
     ack: AckMode,
     subscription: Subscription,
     /// Delivered, not yet acknowledged: delivery order -> queue sequence.
@@ -369,21 +370,20 @@ where
     fn delivery_frame(&mut self, delivery: &Delivery) -> Option<Frame> {
         let sub_id = self.sub_of_consumer.get(&delivery.consumer)?;
         let sub = self.subs.get_mut(sub_id)?;
-        let ack_id = format!("{}.{}", delivery.consumer, delivery.seq);
+        let ack_id = HeaderText::from(format!("{}.{}", delivery.consumer, delivery.seq));
         if sub.ack != AckMode::Auto {
             self.delivery_counter += 1;
             sub.outstanding.insert(self.delivery_counter, delivery.seq);
             sub.order_of.insert(delivery.seq, self.delivery_counter);
         }
-        let ack =
-            (self.version == Version::V1_2 && sub.ack != AckMode::Auto).then_some(ack_id.as_str());
+        let ack = self.version == Version::V1_2 && sub.ack != AckMode::Auto;
         let frame = convert::message_frame(
             &delivery.message,
             DeliveryInfo {
-                subscription: &sub.id,
-                message_id: ack_id.clone(),
+                subscription: sub.id_text.clone(),
+                message_id: ack_id,
                 ack,
-                destination: sub.destination.clone(),
+                destination: sub.destination_text.clone(),
                 redelivered: delivery.redelivered(),
                 group_first_key: sub
                     .group_first_key
@@ -601,8 +601,11 @@ where
         self.subs.insert(
             id.clone(),
             Sub {
-                id,
-                destination: convert::format_destination(&dest.name, dest.routing),
+                id_text: HeaderText::copy_from(&id),
+                destination_text: HeaderText::from(convert::format_destination(
+                    &dest.name,
+                    dest.routing,
+                )),
                 ack,
                 subscription,
                 outstanding: BTreeMap::new(),
