@@ -16,8 +16,8 @@ use crate::protocol::amqp::codec::encode_frame;
 use crate::protocol::amqp::messaging;
 use crate::protocol::amqp::types::{code, encode, Descriptor};
 use crate::protocol::amqp::{
-    map_get, AmqpFrame, AmqpFrameCodec, Attach, Begin, DeliveryState, Disposition, Flow, Frame,
-    Header, Inbound, Message, MessageView, Open, Outbound, Performative, ProtocolHeader,
+    map_get, AmqpFrame, AmqpFrameCodec, Attach, Begin, Close, DeliveryState, Disposition, Flow,
+    Frame, Header, Inbound, Message, MessageView, Open, Outbound, Performative, ProtocolHeader,
     ReceiverSettleMode, Role, SaslCode, SaslFrame, SaslInit, SenderSettleMode, Source, Str, Symbol,
     Target, TargetKind, Transfer, Value,
 };
@@ -59,6 +59,8 @@ struct Connection {
     /// The broker's next transfer id, echoed in our flows.
     next_incoming_id: u32,
     incoming_window: u32,
+    /// We sent close: the broker's close is the answer, not an error.
+    closing: bool,
 }
 
 impl Connection {
@@ -74,6 +76,7 @@ impl Connection {
             remote_incoming_window: 0,
             next_incoming_id: 0,
             incoming_window: SESSION_WINDOW,
+            closing: false,
         };
         tokio::time::timeout(ANSWER_TIMEOUT, conn.handshake(addr, login))
             .await
@@ -217,7 +220,9 @@ impl Connection {
         match item {
             Some(Ok(Inbound::Frame(Frame::Amqp(f)))) => {
                 match &f.performative {
-                    Performative::Close(c) => return Err(broker_error("close", c.error.as_ref())),
+                    Performative::Close(c) if !(self.closing && c.error.is_none()) => {
+                        return Err(broker_error("close", c.error.as_ref()))
+                    }
                     Performative::End(e) => return Err(broker_error("end", e.error.as_ref())),
                     Performative::Detach(d) => {
                         return Err(broker_error("detach", d.error.as_ref()))
@@ -278,6 +283,19 @@ impl Connection {
             .await
             .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))?
             .map(|(p, _)| p)
+    }
+
+    /// Closes the connection and waits for the broker's close: frames are
+    /// handled in order, so everything sent before has been taken in.
+    async fn close(&mut self) -> Result<(), PerfError> {
+        self.closing = true;
+        self.queue(Close::default().into());
+        self.flush().await?;
+        loop {
+            if let (Performative::Close(_), _) = self.next().await? {
+                return Ok(());
+            }
+        }
     }
 
     /// Attaches our link and returns the flows that came before the broker's
@@ -667,13 +685,18 @@ impl Publisher for AmqpPublisher {
         self.absorb_ready()
     }
 
+    /// Waits for every send to be settled, then closes the connection (so it
+    /// is called for the last message only): pre-settled sends have no other
+    /// proof of arrival, and a dropped socket may lose what it carried.
     async fn wait_confirmed(&mut self) -> Result<(), PerfError> {
         self.conn.flush().await?;
         while self.in_flight.count > 0 {
             let (p, _) = self.conn.next().await?;
             self.absorb(p)?;
         }
-        Ok(())
+        tokio::time::timeout(ANSWER_TIMEOUT, self.conn.close())
+            .await
+            .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))?
     }
 }
 
