@@ -1,7 +1,9 @@
 # Start functions for benches/compare. Each `start_NAME DIR` installs what it
 # needs, starts one broker on loopback with its data under DIR, waits until its
 # STOMP port answers, and sets URL[NAME], PID[NAME] (the listening process)
-# and, where needed, LOGIN[NAME]. Every process it starts goes into STARTED.
+# and, where needed, LOGIN[NAME]; a broker with an AMQP 1.0 port also sets
+# AMQP_URL[NAME] (and AMQP_QUEUE_PREFIX[NAME] when a queue address needs one).
+# Every process it starts goes into STARTED.
 # Callers: benches/compare (which defines URL, PID, LOGIN, STARTED, WEIR, CACHE).
 
 free_port() {
@@ -47,12 +49,13 @@ apt_install() {
 }
 
 start_weir() {
-  local dir=$1 port
+  local dir=$1 port amqp
   mkdir -p "$dir"
-  port=$(free_port)
-  "$WEIR" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp off --log warn \
+  port=$(free_port); amqp=$(free_port)
+  "$WEIR" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --log warn \
     >"$dir/broker.log" 2>&1 &
-  register weir "$port" $! 30
+  register weir "$port" $! 30 || return 1
+  AMQP_URL[weir]="amqp://127.0.0.1:$amqp"
 }
 
 start_sink() {
@@ -120,6 +123,11 @@ CONF
     [ -n "$epmd" ] && STARTED+=("$epmd")
   fi
   LOGIN[rabbitmq]="--login guest --passcode guest"
+  # AMQP 1.0 shares the AMQP 0-9-1 listener; /queue/NAME is the queue NAME.
+  if [[ $plugins == *rabbitmq_amqp1_0* ]]; then
+    AMQP_URL[rabbitmq]="amqp://127.0.0.1:$amqp"
+    AMQP_QUEUE_PREFIX[rabbitmq]="/queue/"
+  fi
 }
 
 start_artemis() {
@@ -142,5 +150,7 @@ start_artemis() {
     -e "s#tcp://127.0.0.1:61613?\(.*\)protocols=STOMP;#tcp://127.0.0.1:$port?\1protocols=STOMP;anycastPrefix=/queue/;multicastPrefix=/topic/;#" \
     "$dir/instance/etc/broker.xml"
   "$dir/instance/bin/artemis" run >"$dir/broker.log" 2>&1 &
-  register artemis "$port" $! 120
+  register artemis "$port" $! 120 || return 1
+  # Anonymous SASL; the `queue` capability makes the address anycast.
+  AMQP_URL[artemis]="amqp://127.0.0.1:$amqp"
 }

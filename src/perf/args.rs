@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 /// broken group order. Exits non-zero on a violation or a lost message.
 #[derive(Debug, Clone, Args)]
 pub struct PerfArgs {
-    /// Broker to drive: stomp://host:port.
+    /// Broker to drive: stomp://host:port or amqp://host:port (AMQP 1.0).
     #[arg(long, default_value = "stomp://127.0.0.1:61613")]
     pub url: String,
     /// Producer connections.
@@ -49,17 +49,22 @@ pub struct PerfArgs {
     /// lateness = receive time - due time.
     #[arg(long, value_name = "MS")]
     pub delay_ms: Option<u64>,
-    /// Acknowledgement mode of the consumers.
+    /// Acknowledgement mode of the consumers (AMQP: auto receives pre-settled,
+    /// client and individual settle with `accepted`, in ranges).
     #[arg(long, value_enum, default_value_t = AckMode::Auto)]
     pub ack: AckMode,
     /// Consumer prefetch in messages, sent in the header the broker named in
     /// CONNECTED reads (prefetch, prefetch-count, activemq.prefetchSize, or
-    /// Artemis's consumer-window-size in bytes).
+    /// Artemis's consumer-window-size in bytes). AMQP: the link credit.
     #[arg(long, default_value_t = 1000)]
     pub prefetch: u32,
     /// A producer asks a receipt every K sends and waits for it (flow control).
+    /// AMQP: at most K unsettled sends in flight (a window).
     #[arg(long, value_name = "K", default_value_t = 500)]
     pub receipt_every: u64,
+    /// AMQP: producers send pre-settled (fire and forget, no dispositions).
+    #[arg(long)]
+    pub amqp_settled: bool,
     #[arg(long)]
     pub login: Option<String>,
     #[arg(long)]
@@ -111,6 +116,7 @@ impl AckMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     Stomp(String),
+    Amqp(String),
 }
 
 impl Endpoint {
@@ -124,6 +130,7 @@ impl Endpoint {
         }
         match scheme {
             "stomp" | "tcp" => Ok(Endpoint::Stomp(authority.to_owned())),
+            "amqp" => Ok(Endpoint::Amqp(authority.to_owned())),
             other => Err(PerfError::UnsupportedScheme(other.to_owned())),
         }
     }
@@ -177,7 +184,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_stomp_urls_and_refuses_others() {
+    fn parses_stomp_and_amqp_urls_and_refuses_others() {
         assert_eq!(
             Endpoint::parse("stomp://127.0.0.1:61613").ok(),
             Some(Endpoint::Stomp("127.0.0.1:61613".into()))
@@ -186,8 +193,12 @@ mod tests {
             Endpoint::parse("stomp://localhost:1/").ok(),
             Some(Endpoint::Stomp("localhost:1".into()))
         );
+        assert_eq!(
+            Endpoint::parse("amqp://h:5672").ok(),
+            Some(Endpoint::Amqp("h:5672".into()))
+        );
         assert!(matches!(
-            Endpoint::parse("amqp://h:5672"),
+            Endpoint::parse("amqps://h:5671"),
             Err(PerfError::UnsupportedScheme(_))
         ));
         assert!(Endpoint::parse("127.0.0.1:61613").is_err());

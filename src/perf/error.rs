@@ -1,5 +1,6 @@
 //! Errors of the load generator and the sink.
 
+use crate::protocol::amqp::AmqpCodecError;
 use crate::protocol::stomp::StompError;
 use std::io;
 
@@ -9,6 +10,10 @@ pub enum PerfError {
     Io(#[from] io::Error),
     #[error("STOMP: {0}")]
     Stomp(#[from] StompError),
+    #[error("AMQP: {0}")]
+    Amqp(#[from] AmqpCodecError),
+    #[error("SASL authentication failed (or no mechanism we can use)")]
+    AuthFailed,
     #[error("the broker answered ERROR: {0}")]
     Broker(String),
     #[error("the broker closed the connection")]
@@ -17,9 +22,9 @@ pub enum PerfError {
     Unexpected(&'static str),
     #[error("no answer from the broker within {0} s")]
     Timeout(u64),
-    #[error("bad --url {0:?}: expected stomp://host:port")]
+    #[error("bad --url {0:?}: expected stomp://host:port or amqp://host:port")]
     BadUrl(String),
-    #[error("{0}:// is not supported yet (STOMP only; AMQP 1.0 comes with the AMQP issue)")]
+    #[error("{0}:// is not supported (stomp:// or amqp://)")]
     UnsupportedScheme(String),
     #[error("bad argument {flag}: {why}")]
     BadArg {

@@ -1,6 +1,6 @@
-//! `weir perf`: a load generator for STOMP brokers (AMQP 1.0 to follow behind
-//! the same [`client`] traits), and `weir perf --sink-stomp`, the relay
-//! ceiling it is compared with.
+//! `weir perf`: a load generator for STOMP and AMQP 1.0 brokers (behind the
+//! same [`client`] traits), and `weir perf --sink-stomp`, the relay ceiling it
+//! is compared with.
 
 pub mod args;
 pub mod client;
@@ -159,6 +159,81 @@ mod tests {
         assert_eq!(summary.expected, 400);
         assert_eq!(summary.received, 400);
         assert!(summary.send_seconds >= 0.19, "{}", summary.send_seconds);
+        Ok(())
+    }
+
+    /// A Weir broker in this process with only an AMQP acceptor on a free port.
+    async fn weir_amqp(
+        dir: &std::path::Path,
+    ) -> Result<(crate::server::Server, String), Box<dyn std::error::Error>> {
+        let mut config = crate::config::Config::embedded_default();
+        config.set_data_dir(dir.to_path_buf());
+        config.set_stomp_addr(None);
+        config.set_amqp_addr(Some("127.0.0.1:0".parse()?));
+        let broker = crate::server::open_broker(&config)?;
+        let server = crate::server::Server::start(&config, broker).await?;
+        let addr = server.bound.first().ok_or("no listener")?.1;
+        Ok((server, format!("amqp://{addr}")))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn amqp_runs_through_weir_unsettled_settled_and_grouped(
+    ) -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let (server, url) = weir_amqp(dir.path()).await?;
+        // A window of 50 unsettled sends, durable, consumers settling in ranges.
+        let unsettled = args(
+            &url,
+            &[
+                "--messages",
+                "2000",
+                "--receipt-every",
+                "50",
+                "--persistent",
+                "--ack",
+                "client",
+                "--prefetch",
+                "64",
+            ],
+        )?;
+        let summary = run::load(&unsettled).await?;
+        assert_eq!(summary.received, 2000, "{}", summary.to_json());
+        assert_eq!(summary.violations(), 0);
+        // Pre-settled sends, pre-settled receipt, a topic with two consumers.
+        let settled = args(
+            &url,
+            &[
+                "--messages",
+                "1000",
+                "--amqp-settled",
+                "--topic",
+                "t",
+                "--consumers",
+                "2",
+            ],
+        )?;
+        let summary = run::load(&settled).await?;
+        assert_eq!(summary.expected, 2000);
+        assert_eq!(summary.received, 2000, "{}", summary.to_json());
+        // Groups over three consumers: Weir must keep every group on one.
+        let grouped = args(
+            &url,
+            &[
+                "--messages",
+                "900",
+                "--consumers",
+                "3",
+                "--groups",
+                "30",
+                "--queue",
+                "g",
+            ],
+        )?;
+        let summary = run::load(&grouped).await?;
+        assert_eq!(summary.received, 900, "{}", summary.to_json());
+        assert_eq!(summary.split_groups, 0);
+        assert_eq!(summary.order_violations, 0);
+        server.stop().await;
         Ok(())
     }
 

@@ -3,6 +3,7 @@
 //! the summary.
 
 use super::args::{Destination, Endpoint, PerfArgs};
+use super::client::amqp::{AmqpPublisher, AmqpSettings, AmqpSubscriber};
 use super::client::stomp::{
     Login, SendSettings, StompPublisher, StompSubscriber, SubscribeSettings,
 };
@@ -73,7 +74,7 @@ async fn produce<P: Publisher>(
         let mut batch = 0u64;
         let mut confirm = false;
         let mut last = false;
-        while batch < due && publisher.buffered() < WRITE_BATCH_BYTES {
+        while batch < due && publisher.buffered() < WRITE_BATCH_BYTES && publisher.room() > 0 {
             let sent_us = match plan.interval_us {
                 Some(interval) => plan.start_us + (seq as f64 * interval) as u64,
                 None => clock.now_us(),
@@ -98,6 +99,8 @@ async fn produce<P: Publisher>(
         sent.fetch_add(batch, Ordering::Relaxed);
         if confirm {
             publisher.wait_confirmed().await?;
+        } else if publisher.room() == 0 {
+            publisher.wait_room().await?;
         }
         if last {
             return Ok(());
@@ -220,10 +223,17 @@ impl Progress {
     }
 }
 
+/// What every run shares, fixed before any connection is made.
+struct Setup {
+    destination: Destination,
+    clock: Clock,
+    delay_us: Option<u64>,
+}
+
 /// Runs the load described by `args` and returns its summary.
 pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
     validate(args)?;
-    let Endpoint::Stomp(addr) = Endpoint::parse(&args.url)?;
+    let endpoint = Endpoint::parse(&args.url)?;
     let destination = Destination::from_args(args)?;
     let clock = Clock::start();
     // Unique enough to tell this run's messages from leftovers of earlier runs.
@@ -233,11 +243,6 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         passcode: args.passcode.clone(),
         vhost: args.vhost.clone(),
     };
-    let delay_us = args.delay_ms.map(|d| d * 1_000);
-
-    let received = Arc::new(AtomicU64::new(0));
-    let mut stats = Vec::new();
-    let mut consumers = JoinSet::new();
     let subscribe = SubscribeSettings {
         destination: destination.clone(),
         ack: args.ack,
@@ -245,8 +250,71 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         message_size: args.size,
         run_id,
     };
-    for _ in 0..args.consumers {
-        let subscriber = StompSubscriber::connect(&addr, &login, &subscribe).await?;
+    let send = SendSettings {
+        destination: destination.clone(),
+        persistent: args.persistent,
+        delay_ms: args.delay_ms,
+        run_id,
+    };
+    let setup = Setup {
+        destination,
+        clock,
+        delay_us: args.delay_ms.map(|d| d * 1_000),
+    };
+    // Consumers subscribe before any producer connects, so a topic loses nothing.
+    match endpoint {
+        Endpoint::Stomp(addr) => {
+            let mut subscribers = Vec::new();
+            for _ in 0..args.consumers {
+                subscribers.push(StompSubscriber::connect(&addr, &login, &subscribe).await?);
+            }
+            let mut publishers = Vec::new();
+            for _ in 0..args.producers {
+                publishers.push(StompPublisher::connect(&addr, &login, &send).await?);
+            }
+            drive(args, setup, subscribers, publishers, args.receipt_every).await
+        }
+        Endpoint::Amqp(addr) => {
+            let amqp = AmqpSettings {
+                settled: args.amqp_settled,
+                window: args.receipt_every,
+            };
+            let mut subscribers = Vec::new();
+            for _ in 0..args.consumers {
+                subscribers.push(AmqpSubscriber::connect(&addr, &login, &subscribe).await?);
+            }
+            let mut publishers = Vec::new();
+            for _ in 0..args.producers {
+                publishers.push(AmqpPublisher::connect(&addr, &login, &send, amqp).await?);
+            }
+            // --receipt-every is the publishers' window of unsettled sends:
+            // the plan asks a confirmation of the last message only.
+            drive(args, setup, subscribers, publishers, 0).await
+        }
+    }
+}
+
+/// Sends and receives over connections already made, and sums up.
+async fn drive<P, S>(
+    args: &PerfArgs,
+    setup: Setup,
+    subscribers: Vec<S>,
+    publishers: Vec<P>,
+    receipt_every: u64,
+) -> Result<Summary, PerfError>
+where
+    P: Publisher + 'static,
+    S: Subscriber + 'static,
+{
+    let Setup {
+        destination,
+        clock,
+        delay_us,
+    } = setup;
+    let received = Arc::new(AtomicU64::new(0));
+    let mut stats = Vec::new();
+    let mut consumers = JoinSet::new();
+    for subscriber in subscribers {
         let s = Arc::new(Mutex::new(ConsumerStats::new(args.producers, args.groups)?));
         stats.push(s.clone());
         consumers.spawn(consume(
@@ -259,16 +327,6 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         ));
     }
 
-    let send = SendSettings {
-        destination: destination.clone(),
-        persistent: args.persistent,
-        delay_ms: args.delay_ms,
-        run_id,
-    };
-    let mut publishers = Vec::new();
-    for _ in 0..args.producers {
-        publishers.push(StompPublisher::connect(&addr, &login, &send).await?);
-    }
     let total = match (args.messages, args.duration) {
         (Some(n), _) => Some(n),
         (None, Some(_)) => None,
@@ -288,7 +346,7 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
             deadline_us,
             interval_us: args.rate.map(|r| 1e6 * per as f64 / r),
             start_us,
-            receipt_every: args.receipt_every,
+            receipt_every,
             groups: args.groups,
             body: body.clone(),
         };

@@ -1,7 +1,7 @@
 //! The protocol side of the load generator, behind two small traits so the
-//! run logic (pacing, flow control, checks) is written once. STOMP is here;
-//! an AMQP 1.0 client implements the same two traits.
+//! run logic (pacing, flow control, checks) is written once: STOMP and AMQP 1.0.
 
+pub mod amqp;
 pub mod stomp;
 
 use super::error::PerfError;
@@ -52,6 +52,15 @@ pub trait Publisher: Send {
     fn flush(&mut self) -> impl Future<Output = Result<(), PerfError>> + Send;
     /// Waits until every confirmation asked for so far has arrived.
     fn wait_confirmed(&mut self) -> impl Future<Output = Result<(), PerfError>> + Send;
+    /// Messages that may be pushed before waiting on the broker (AMQP: link
+    /// credit, session window, the window of unsettled sends).
+    fn room(&self) -> u64 {
+        u64::MAX
+    }
+    /// Writes what is buffered and waits until [`Publisher::room`] is above 0.
+    fn wait_room(&mut self) -> impl Future<Output = Result<(), PerfError>> + Send {
+        self.flush()
+    }
 }
 
 /// A consumer connection with one subscription.
