@@ -101,14 +101,13 @@ pub fn message_from_send(
         priority: Message::DEFAULT_PRIORITY,
         ..Default::default()
     };
-    // One pass over the headers: user headers become properties (the first of
-    // a repeated one wins); only a frame carrying broker headers beyond
-    // destination/receipt/content-length takes the lookups below.
+    // One pass over the headers: broker headers are noted (the first of a
+    // repeated one wins), the rest become properties.
+    let mut known = Known::default();
     let mut properties = Vec::new();
-    let mut special = false;
     for (name, value) in frame.headers.iter() {
-        if FRAME_HEADERS.contains(&name) {
-            special |= !matches!(name, "destination" | "receipt" | "content-length");
+        if let Some(index) = FRAME_HEADERS.iter().position(|h| *h == name) {
+            known.values[index].get_or_insert(value);
             continue;
         }
         if properties
@@ -120,31 +119,41 @@ pub fn message_from_send(
         properties.push((Arc::from(name), Value::String(Arc::from(value))));
     }
     message.properties = properties;
-    if !special {
-        return Ok(message);
-    }
-    message.durable = frame
-        .header("persistent")
+    message.durable = known
+        .get("persistent")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if let Some(p) = frame.header("priority") {
+    if let Some(p) = known.get("priority") {
         message.priority = parse_num::<u8>("priority", p)?.min(9);
     }
-    message.expires_at = expiry(frame, now)?;
-    message.content_type = text(frame, "content-type");
-    message.correlation_id = text(frame, "correlation-id");
-    message.reply_to = text(frame, "reply-to");
-    message.subject = text(frame, "subject");
-    message.message_id = text(frame, "message-id");
-    message.group_id = GROUP_ID_HEADERS.iter().find_map(|h| text(frame, h));
-    if let Some(seq) = frame.header("JMSXGroupSeq") {
+    message.expires_at = expiry(&known, now)?;
+    message.content_type = known.text("content-type");
+    message.correlation_id = known.text("correlation-id");
+    message.reply_to = known.text("reply-to");
+    message.subject = known.text("subject");
+    message.message_id = known.text("message-id");
+    message.group_id = GROUP_ID_HEADERS.iter().find_map(|h| known.text(h));
+    if let Some(seq) = known.get("JMSXGroupSeq") {
         message.group_seq = Some(parse_group_seq(seq)?);
     }
-    message.due_at = due_time(frame, now)?;
+    message.due_at = due_time(&known, now)?;
     Ok(message)
 }
 
-fn text(frame: &Frame, name: &str) -> Option<Arc<str>> {
-    frame.header(name).filter(|v| !v.is_empty()).map(Arc::from)
+/// The broker headers of one SEND, found in a single pass.
+#[derive(Default)]
+struct Known<'a> {
+    values: [Option<&'a str>; FRAME_HEADERS.len()],
+}
+
+impl<'a> Known<'a> {
+    fn get(&self, name: &str) -> Option<&'a str> {
+        let index = FRAME_HEADERS.iter().position(|h| *h == name)?;
+        self.values[index]
+    }
+
+    fn text(&self, name: &str) -> Option<Arc<str>> {
+        self.get(name).filter(|v| !v.is_empty()).map(Arc::from)
+    }
 }
 
 fn parse_num<T: std::str::FromStr>(header: &'static str, value: &str) -> Result<T, ConvertError> {
@@ -180,12 +189,12 @@ fn parse_group_seq(value: &str) -> Result<i32, ConvertError> {
 }
 
 /// `expires` is absolute epoch ms (0 = never, as ActiveMQ); `ttl` is relative ms.
-fn expiry(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
-    if let Some(v) = frame.header("expires") {
+fn expiry(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
+    if let Some(v) = frame.get("expires") {
         let at: u64 = parse_num("expires", v)?;
         return Ok((at != 0).then_some(at));
     }
-    if let Some(v) = frame.header("ttl") {
+    if let Some(v) = frame.get("ttl") {
         let ttl: u64 = parse_num("ttl", v)?;
         return Ok((ttl != 0).then_some(now.saturating_add(ttl)));
     }
@@ -198,9 +207,9 @@ const ABSURD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 /// The due time from any of the delay headers clients use; absolute forms beat
 /// relative ones. `Some(now)` for an explicit zero delay, which overrides a
 /// queue's default delay.
-fn due_time(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
+fn due_time(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
     for header in ["AMQ_SCHEDULED_TIME", "_AMQ_SCHED_DELIVERY"] {
-        if let Some(v) = frame.header(header) {
+        if let Some(v) = frame.get(header) {
             let at = delay_value(header, v)?;
             if at > now.saturating_add(ABSURD_MS) {
                 return Err(absurd(header, v));
@@ -214,7 +223,7 @@ fn due_time(frame: &Frame, now: u64) -> Result<Option<u64>, ConvertError> {
         ("delay", 1000),
     ];
     for (header, unit) in relative {
-        if let Some(v) = frame.header(header) {
+        if let Some(v) = frame.get(header) {
             let ms = delay_value(header, v)?
                 .checked_mul(unit)
                 .ok_or_else(|| absurd(header, v))?;
