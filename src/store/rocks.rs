@@ -73,9 +73,25 @@ impl Store {
         // Queue data is written once and deleted soon after: keep memtables
         // big enough that most messages die before they are flushed.
         db_options.set_write_buffer_size(64 << 20);
+        // Bound what RocksDB holds in memory however much is stored: one budget
+        // for every memtable, old WALs flushed away instead of pinning
+        // memtables of quiet column families, and index and filter blocks kept
+        // in a fixed-size block cache instead of growing with the data.
+        db_options.set_db_write_buffer_size(192 << 20);
+        db_options.set_max_total_wal_size(256 << 20);
+        let cache = rocksdb::Cache::new_lru_cache(64 << 20)?;
         let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
             .into_iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, Options::default()));
+            .map(|name| {
+                let mut table = rocksdb::BlockBasedOptions::default();
+                table.set_block_cache(&cache);
+                table.set_cache_index_and_filter_blocks(true);
+                table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+                let mut cf = Options::default();
+                cf.set_write_buffer_size(64 << 20);
+                cf.set_block_based_table_factory(&table);
+                ColumnFamilyDescriptor::new(name, cf)
+            });
         let db = Arc::new(DB::open_cf_descriptors(&db_options, dir, cfs)?);
         let (writer, rx) = sync_channel(options.queue_depth);
         let thread_db = db.clone();
