@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 pub struct BrokerProcess {
     child: Child,
     pub stomp: SocketAddr,
+    /// The AMQP listener, when started with [`BrokerProcess::start_with_amqp`].
+    pub amqp: Option<SocketAddr>,
     pub data_dir: PathBuf,
     config: Option<PathBuf>,
 }
@@ -23,18 +25,40 @@ pub fn free_port() -> u16 {
         .expect("a free port")
 }
 
+fn write_config(data_dir: &Path, config: Option<&str>) -> Option<PathBuf> {
+    config.map(|text| {
+        let path = data_dir.with_extension("toml");
+        std::fs::write(&path, text).expect("write config");
+        path
+    })
+}
+
 impl BrokerProcess {
     pub fn start(data_dir: &Path, config: Option<&str>) -> Self {
-        let config_path = config.map(|text| {
-            let path = data_dir.with_extension("toml");
-            std::fs::write(&path, text).expect("write config");
-            path
-        });
-        Self::spawn(data_dir.to_path_buf(), config_path, free_port())
+        let config_path = write_config(data_dir, config);
+        Self::spawn(data_dir.to_path_buf(), config_path, free_port(), None)
     }
 
-    fn spawn(data_dir: PathBuf, config: Option<PathBuf>, port: u16) -> Self {
+    /// Like [`BrokerProcess::start`], with the AMQP listener on a free port as well.
+    pub fn start_with_amqp(data_dir: &Path, config: Option<&str>) -> Self {
+        let config_path = write_config(data_dir, config);
+        Self::spawn(
+            data_dir.to_path_buf(),
+            config_path,
+            free_port(),
+            Some(free_port()),
+        )
+    }
+
+    fn spawn(
+        data_dir: PathBuf,
+        config: Option<PathBuf>,
+        port: u16,
+        amqp_port: Option<u16>,
+    ) -> Self {
         let stomp: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let amqp: Option<SocketAddr> = amqp_port.map(|p| format!("127.0.0.1:{p}").parse().unwrap());
+        let amqp_arg = amqp.map_or_else(|| "off".to_owned(), |a| a.to_string());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
         cmd.arg("serve")
             .arg("--data-dir")
@@ -42,7 +66,7 @@ impl BrokerProcess {
             .arg("--stomp")
             .arg(stomp.to_string())
             .arg("--amqp")
-            .arg("off")
+            .arg(amqp_arg)
             .arg("--log")
             .arg("warn")
             .stdout(Stdio::null())
@@ -54,6 +78,7 @@ impl BrokerProcess {
         let broker = Self {
             child,
             stomp,
+            amqp,
             data_dir,
             config,
         };
@@ -64,7 +89,9 @@ impl BrokerProcess {
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if TcpStream::connect(self.stomp).is_ok() {
+            if TcpStream::connect(self.stomp).is_ok()
+                && self.amqp.is_none_or(|a| TcpStream::connect(a).is_ok())
+            {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -81,8 +108,9 @@ impl BrokerProcess {
     }
 
     pub fn restart_after_kill(self) -> Self {
+        let amqp_port = self.amqp.map(|a| a.port());
         let (dir, config, port) = self.kill9();
-        Self::spawn(dir, config, port)
+        Self::spawn(dir, config, port, amqp_port)
     }
 
     pub fn client(&self) -> Stomp {
