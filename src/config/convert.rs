@@ -46,10 +46,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         ..QueueSettings::default()
     };
     let defaults_key = KeyPath::root("queue_defaults");
-    overlay(
-        &mut defaults,
-        &settings_override(&raw.queue_defaults, &defaults_key)?,
-    );
+    settings_override(&raw.queue_defaults, &defaults_key)?.apply_to(&mut defaults);
     check_resolved(&defaults, &defaults_key)?;
 
     let mut settings = SettingsTable::new(defaults);
@@ -476,36 +473,6 @@ fn settings_override(
         exclusive: raw.exclusive,
         auto_create: raw.auto_create,
     })
-}
-
-/// Applies an override to plain settings. `QueueSettingsOverride::apply_to` is private
-/// to core, and the defaults are not resolved through a pattern.
-fn overlay(base: &mut QueueSettings, over: &QueueSettingsOverride) {
-    macro_rules! fields {
-        ($($f:ident),* $(,)?) => { $( if let Some(v) = &over.$f { base.$f = v.clone(); } )* };
-    }
-    fields!(
-        durable,
-        max_delivery_attempts,
-        dead_letter_address,
-        expiry_address,
-        max_memory_messages,
-        default_prefetch,
-        default_message_delay,
-        max_message_delay,
-        delay_over_max,
-        redelivery_delay,
-        redelivery_multiplier,
-        max_redelivery_delay,
-        group_rebalance,
-        group_rebalance_pause_dispatch,
-        group_buckets,
-        group_first_key,
-        consumers_before_dispatch,
-        delay_before_dispatch,
-        exclusive,
-        auto_create,
-    );
 }
 
 /// Checks between fields, on settings as a queue would see them.
