@@ -204,7 +204,7 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
 fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
     let key = KeyPath::root("store");
     let window_key = key.field("batch_window");
-    let fsync = match raw.fsync.unwrap_or(RawFsync::Batched) {
+    let fsync = match raw.fsync.unwrap_or(RawFsync::Always) {
         RawFsync::Batched => {
             let window = duration_or(raw.batch_window.as_ref(), DEFAULT_BATCH_WINDOW, &window_key)?;
             let (min, max) = (Duration::from_micros(1), Duration::from_secs(1));

@@ -103,12 +103,7 @@ fn embedded_default_is_the_documented_default() {
     assert!(c.settings_table().resolve("anything").auto_create);
     assert!(c.users().is_empty());
     assert!(c.allow_anonymous());
-    assert_eq!(
-        c.store().fsync,
-        FsyncPolicy::Batched {
-            window: Duration::from_millis(2)
-        }
-    );
+    assert_eq!(c.store().fsync, FsyncPolicy::Always);
     assert!(c.declared_queues().is_empty());
     assert!(c.grouping_handler().is_none());
 
@@ -200,7 +195,7 @@ fn value_errors_name_the_key() {
             "config: store.batch_window: only applies when fsync = \"batched\"",
         ),
         (
-            "[store]\nbatch_window = \"0\"",
+            "[store]\nfsync = \"batched\"\nbatch_window = \"0\"",
             "config: store.batch_window: must be between 1us and 1s",
         ),
         (
