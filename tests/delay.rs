@@ -22,7 +22,18 @@ struct Broker {
 }
 
 impl Broker {
+    /// Starts a broker on a free port; a port taken between our probe and the
+    /// broker's bind (tests run in parallel) makes the broker exit, and we retry.
     fn start(data: &Path, config: Option<&Path>) -> Broker {
+        for _ in 0..5 {
+            if let Some(broker) = Self::try_start(data, config) {
+                return broker;
+            }
+        }
+        panic!("broker did not start");
+    }
+
+    fn try_start(data: &Path, config: Option<&Path>) -> Option<Broker> {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -44,13 +55,21 @@ impl Broker {
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
-        let child = cmd.spawn().expect("broker starts");
+        let mut child = cmd.spawn().expect("broker starts");
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(addr).is_err() {
             assert!(Instant::now() < deadline, "broker did not listen on {addr}");
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        Broker { child, addr }
+        // Whoever answered, make sure it is our broker that holds the port.
+        std::thread::sleep(Duration::from_millis(100));
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return None;
+        }
+        Some(Broker { child, addr })
     }
 
     fn kill9(mut self) {

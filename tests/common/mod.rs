@@ -36,18 +36,39 @@ fn write_config(data_dir: &Path, config: Option<&str>) -> Option<PathBuf> {
 impl BrokerProcess {
     pub fn start(data_dir: &Path, config: Option<&str>) -> Self {
         let config_path = write_config(data_dir, config);
-        Self::spawn(data_dir.to_path_buf(), config_path, free_port(), None)
+        Self::retry(|| {
+            Self::spawn(
+                data_dir.to_path_buf(),
+                config_path.clone(),
+                free_port(),
+                None,
+            )
+        })
+    }
+
+    /// Tests run in parallel: a port can be taken between our probe and the
+    /// broker's bind, which makes that broker exit. Then try again.
+    fn retry(mut attempt: impl FnMut() -> Option<Self>) -> Self {
+        for _ in 0..5 {
+            if let Some(broker) = attempt() {
+                return broker;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("broker did not start");
     }
 
     /// Like [`BrokerProcess::start`], with the AMQP listener on a free port as well.
     pub fn start_with_amqp(data_dir: &Path, config: Option<&str>) -> Self {
         let config_path = write_config(data_dir, config);
-        Self::spawn(
-            data_dir.to_path_buf(),
-            config_path,
-            free_port(),
-            Some(free_port()),
-        )
+        Self::retry(|| {
+            Self::spawn(
+                data_dir.to_path_buf(),
+                config_path.clone(),
+                free_port(),
+                Some(free_port()),
+            )
+        })
     }
 
     fn spawn(
@@ -55,7 +76,7 @@ impl BrokerProcess {
         config: Option<PathBuf>,
         port: u16,
         amqp_port: Option<u16>,
-    ) -> Self {
+    ) -> Option<Self> {
         let stomp: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let amqp: Option<SocketAddr> = amqp_port.map(|p| format!("127.0.0.1:{p}").parse().unwrap());
         let amqp_arg = amqp.map_or_else(|| "off".to_owned(), |a| a.to_string());
@@ -75,24 +96,29 @@ impl BrokerProcess {
             cmd.arg("--config").arg(c);
         }
         let child = cmd.spawn().expect("spawn weir");
-        let broker = Self {
+        let mut broker = Self {
             child,
             stomp,
             amqp,
             data_dir,
             config,
         };
-        broker.wait_ready();
-        broker
+        broker.wait_ready().then_some(broker)
     }
 
-    fn wait_ready(&self) {
+    /// True once our broker listens; false if it exited (a port was taken).
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
+            }
             if TcpStream::connect(self.stomp).is_ok()
                 && self.amqp.is_none_or(|a| TcpStream::connect(a).is_ok())
             {
-                return;
+                // Whoever answered, make sure it is our broker that holds the ports.
+                std::thread::sleep(Duration::from_millis(100));
+                return !matches!(self.child.try_wait(), Ok(Some(_)));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -110,7 +136,7 @@ impl BrokerProcess {
     pub fn restart_after_kill(self) -> Self {
         let amqp_port = self.amqp.map(|a| a.port());
         let (dir, config, port) = self.kill9();
-        Self::spawn(dir, config, port, amqp_port)
+        Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port))
     }
 
     pub fn client(&self) -> Stomp {

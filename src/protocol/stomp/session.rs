@@ -114,6 +114,8 @@ struct Session<S> {
     /// Receipts that need no wait, written right after the frame that asked,
     /// so e.g. a SUBSCRIBE's receipt precedes the messages it brings.
     ready_receipts: Vec<String>,
+    /// The newest durable write no receipt asked about (see `receipt_after`).
+    unconfirmed: Option<Completion>,
     delivery_counter: u64,
     version: Version,
     /// Send a heart-beat when nothing was written for this long.
@@ -159,6 +161,7 @@ where
         transactions: HashMap::new(),
         receipts: FuturesOrdered::new(),
         ready_receipts: Vec::new(),
+        unconfirmed: None,
         delivery_counter: 0,
         version: Version::V1_0,
         send_every: None,
@@ -435,6 +438,9 @@ where
             }
             Command::Disconnect => {
                 // Answer only after everything before it is settled on disk.
+                if let Some(completion) = self.unconfirmed.take() {
+                    completion.wait().await.map_err(CoreError::from)?;
+                }
                 while let Some((r, result)) = self.receipts.next().await {
                     result?;
                     if let Some(id) = r {
@@ -702,7 +708,13 @@ where
 
     /// Queues a receipt behind earlier ones, sent once `completion` resolves.
     fn receipt_after(&mut self, receipt: Option<String>, completion: Completion) {
-        if receipt.is_none() && completion.is_ready() {
+        if receipt.is_none() {
+            // Nobody asked: keep only the newest write. The store applies writes
+            // in order, so it being on disk means every earlier one is, which is
+            // all DISCONNECT needs; tracking each would cost a future per message.
+            if !completion.is_ready() {
+                self.unconfirmed = Some(completion);
+            }
             return;
         }
         self.receipts.push_back(Box::pin(async move {
