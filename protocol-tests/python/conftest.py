@@ -84,3 +84,20 @@ def queue_name():
 @pytest.fixture
 def topic_name():
     return f"/topic/{unique('t')}"
+
+
+@pytest.fixture
+def track_connections():
+    """Registers AMQP connections to close after the test, whichever helper opened them."""
+    opened = []
+
+    def track(connection):
+        opened.append(connection)
+        return connection
+
+    yield track
+    for c in opened:
+        try:
+            c.close()
+        except Exception:  # a test may have had the broker close it already
+            pass

@@ -13,20 +13,8 @@ from amqp_clients import connect, run_tx, unique
 
 
 @pytest.fixture
-def amqp(broker):
-    opened = []
-
-    def make(**kwargs):
-        c = connect(broker, **kwargs)
-        opened.append(c)
-        return c
-
-    yield make
-    for c in opened:
-        try:
-            c.close()
-        except Exception:
-            pass
+def amqp(broker, track_connections):
+    return lambda **kwargs: track_connections(connect(broker, **kwargs))
 
 
 def receive_all(receiver, n, timeout=5):

@@ -20,20 +20,8 @@ def broker_config():
 
 
 @pytest.fixture
-def conns(broker):
-    opened = []
-
-    def make(**kwargs):
-        c = connect(broker, **kwargs)
-        opened.append(c)
-        return c
-
-    yield make
-    for c in opened:
-        try:
-            c.close()
-        except Exception:  # a test may have had the broker close it already
-            pass
+def conns(broker, track_connections):
+    return lambda **kwargs: track_connections(connect(broker, **kwargs))
 
 
 @pytest.fixture
