@@ -98,6 +98,50 @@ impl Message {
         let wire = self.wire.as_ref().map_or(0, |w| w.bytes.len());
         std::mem::size_of::<Self>() + self.body.len() + wire + self.properties.len() * 48
     }
+
+    /// The same message owning exact-size copies of its bytes. Codecs hand
+    /// out slices of their read buffer, so a message kept for minutes while
+    /// its neighbours are long gone would pin a whole buffer (64 KiB for 256
+    /// bytes); whatever holds messages sparsely and for long (the delay
+    /// window) detaches them first. The body stays a slice of the wire form
+    /// when it was one, so nothing is copied twice.
+    pub fn detached(&self) -> Message {
+        let wire = self.wire.as_ref().map(|w| WireForm {
+            format: w.format,
+            bytes: Bytes::copy_from_slice(&w.bytes),
+        });
+        let body = match (&self.wire, &wire) {
+            (Some(old), Some(new)) => match subslice_offset(&old.bytes, &self.body) {
+                Some(at) => new.bytes.slice(at..at + self.body.len()),
+                None => Bytes::copy_from_slice(&self.body),
+            },
+            _ => Bytes::copy_from_slice(&self.body),
+        };
+        let properties = self
+            .properties
+            .iter()
+            .map(|(name, value)| {
+                let value = match value {
+                    Value::Binary(b) => Value::Binary(Bytes::copy_from_slice(b)),
+                    other => other.clone(),
+                };
+                (name.clone(), value)
+            })
+            .collect();
+        Message {
+            body,
+            properties,
+            wire,
+            ..self.clone()
+        }
+    }
+}
+
+/// Where `part` starts inside `whole`, when it is a slice of it.
+fn subslice_offset(whole: &Bytes, part: &Bytes) -> Option<usize> {
+    let start = whole.as_ptr() as usize;
+    let at = (part.as_ptr() as usize).checked_sub(start)?;
+    (at + part.len() <= whole.len()).then_some(at)
 }
 
 /// Milliseconds since the Unix epoch, the broker's one clock for due and expiry times.
@@ -105,4 +149,38 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detached_message_owns_exact_copies() {
+        let buffer = Bytes::from(vec![7u8; 64 * 1024]);
+        let wire = buffer.slice(100..400);
+        let message = Message {
+            body: wire.slice(50..250),
+            wire: Some(WireForm {
+                format: 1,
+                bytes: wire.clone(),
+            }),
+            properties: vec![("b".into(), Value::Binary(buffer.slice(0..4)))],
+            ..Message::default()
+        };
+        let copy = message.detached();
+        assert_eq!(copy, message);
+        let new_wire = &copy.wire.as_ref().unwrap().bytes;
+        assert_ne!(new_wire.as_ptr(), wire.as_ptr());
+        // The body is re-sliced from the copied wire form, not copied again.
+        assert_eq!(subslice_offset(new_wire, &copy.body), Some(50));
+        let Value::Binary(b) = &copy.properties[0].1 else {
+            panic!("binary property lost")
+        };
+        assert_ne!(b.as_ptr(), buffer.as_ptr());
+        drop(message);
+        drop(wire);
+        // Only the copies are left holding memory: the 64 KiB buffer is free.
+        assert!(buffer.is_unique());
+    }
 }

@@ -305,6 +305,9 @@ impl DelayedDelivery for Schedule {
             (Some(op), None) | (None, Some(op)) => self.inner.store.submit(op),
             (None, None) => Completion::ready(),
         };
+        // Entries wait for minutes and the window keeps a sparse few of them:
+        // each would otherwise pin the whole read buffer it arrived in.
+        let message = Arc::new(message.detached());
         self.inner.insert(
             key,
             Waiting {
