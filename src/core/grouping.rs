@@ -2,15 +2,15 @@
 //! the lanes a queue keeps its ready messages in.
 
 use super::consumer::ConsumerId;
-use std::collections::HashMap;
+use super::fast_map::FastMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// The group bindings of one queue.
 #[derive(Debug, Default)]
 pub struct GroupTable {
-    owner: HashMap<Arc<str>, ConsumerId>,
-    groups_per_consumer: HashMap<ConsumerId, usize>,
+    owner: FastMap<Arc<str>, ConsumerId>,
+    groups_per_consumer: FastMap<ConsumerId, usize>,
     /// `None` tracks every group; `Some(names)` hashes groups into these buckets.
     buckets: Option<Vec<Arc<str>>>,
     enabled: bool,
@@ -25,8 +25,8 @@ impl GroupTable {
                 .collect()
         });
         Self {
-            owner: HashMap::new(),
-            groups_per_consumer: HashMap::new(),
+            owner: FastMap::default(),
+            groups_per_consumer: FastMap::default(),
             buckets,
             enabled: group_buckets != 0,
         }

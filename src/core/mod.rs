@@ -6,6 +6,7 @@ pub mod broker;
 pub mod consumer;
 pub mod error;
 pub mod factory;
+pub(crate) mod fast_map;
 pub mod grouping;
 pub mod message;
 pub mod persist;

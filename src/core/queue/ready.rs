@@ -6,8 +6,9 @@
 //! many messages wait behind busy groups.
 
 use crate::core::consumer::{ConsumerId, MessageFilter};
+use crate::core::fast_map::FastMap;
 use crate::core::message::Message;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// A message waiting in a queue.
@@ -43,9 +44,13 @@ pub enum Pick {
 #[derive(Debug, Default)]
 pub struct ReadySet {
     ungrouped: BTreeMap<Key, Entry>,
-    lanes: HashMap<Arc<str>, BTreeMap<u64, Entry>>,
+    /// Each group's messages by sequence. Nearly always appended at the back;
+    /// only a message sent back (release, consumer gone) is inserted earlier.
+    /// A deque, not a tree: a lane usually holds one or two messages, and a
+    /// tree node per lane per message showed in profiles.
+    lanes: FastMap<Arc<str>, VecDeque<Entry>>,
     unbound_heads: BTreeSet<(Key, Arc<str>)>,
-    owned_heads: HashMap<ConsumerId, BTreeSet<(Key, Arc<str>)>>,
+    owned_heads: FastMap<ConsumerId, BTreeSet<(Key, Arc<str>)>>,
     len: usize,
     bytes: usize,
 }
@@ -74,10 +79,14 @@ impl ReadySet {
         };
         let old_head = self.lane_head_key(&lane);
         let new_key = key_of(&entry);
-        self.lanes
-            .entry(lane.clone())
-            .or_default()
-            .insert(entry.seq, entry);
+        let entries = self.lanes.entry(lane.clone()).or_default();
+        match entries.back() {
+            Some(last) if last.seq > entry.seq => {
+                let at = entries.partition_point(|e| e.seq < entry.seq);
+                entries.insert(at, entry);
+            }
+            _ => entries.push_back(entry),
+        }
         if old_head.is_none_or(|old| new_key.1 < old.1) {
             let heads = self.heads_mut(owner);
             if let Some(old) = old_head {
@@ -136,7 +145,7 @@ impl ReadySet {
     }
 
     pub fn lane_head(&self, lane: &str) -> Option<&Entry> {
-        self.lanes.get(lane).and_then(|l| l.values().next())
+        self.lanes.get(lane).and_then(|l| l.front())
     }
 
     fn lane_head_key(&self, lane: &str) -> Option<Key> {
@@ -151,8 +160,8 @@ impl ReadySet {
                 let head_key = self.lane_head_key(lane)?;
                 self.heads_mut(owner).remove(&(head_key, lane.clone()));
                 let entries = self.lanes.get_mut(lane)?;
-                let (_, entry) = entries.pop_first()?;
-                match entries.values().next().map(key_of) {
+                let entry = entries.pop_front()?;
+                match entries.front().map(key_of) {
                     Some(next) => {
                         self.heads_mut(owner).insert((next, lane.clone()));
                     }
@@ -182,7 +191,7 @@ impl ReadySet {
     pub fn drain_all(&mut self) -> Vec<Entry> {
         let mut out: Vec<Entry> = std::mem::take(&mut self.ungrouped).into_values().collect();
         for (_, lane) in self.lanes.drain() {
-            out.extend(lane.into_values());
+            out.extend(lane);
         }
         self.unbound_heads.clear();
         self.owned_heads.clear();
@@ -195,7 +204,7 @@ impl ReadySet {
     pub fn snapshot(&self) -> Vec<Entry> {
         let mut all: Vec<Entry> = self.ungrouped.values().cloned().collect();
         for lane in self.lanes.values() {
-            all.extend(lane.values().cloned());
+            all.extend(lane.iter().cloned());
         }
         all.sort_by_key(key_of);
         all
