@@ -567,3 +567,39 @@ async fn undeliverable_here_goes_to_another_consumer() {
     assert_eq!(again[0].consumer, b.consumer());
     drop(a);
 }
+
+#[tokio::test]
+async fn try_ack_acks_like_ack_when_the_queue_is_free() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), QueueSettings::default());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _sub = broker
+        .subscribe(
+            "t",
+            RoutingType::Anycast,
+            ConsumerOptions {
+                credit: CreditMode::Window(1),
+                ..Default::default()
+            },
+            tx,
+        )
+        .unwrap();
+    for i in 0..2 {
+        broker
+            .publish(msg("t", &i.to_string(), None), RoutingType::Anycast)
+            .unwrap();
+    }
+    let first = drain(&mut rx);
+    assert_eq!(first.len(), 1, "window of one");
+    let d = &first[0];
+    let acked = d.queue.try_ack(d.consumer, &[d.seq]);
+    assert!(matches!(acked, Some(Ok(_))), "nothing else holds the queue");
+    // The ack returned the credit: the second message follows.
+    let second = drain(&mut rx);
+    assert_eq!(second.len(), 1);
+    assert_eq!(body(&second[0]), "1");
+    assert!(matches!(
+        d.queue.try_ack(d.consumer, &[d.seq]),
+        Some(Err(CoreError::UnknownDelivery(_)))
+    ));
+}

@@ -13,10 +13,11 @@ use super::grouping::GroupTable;
 use super::message::{now_ms, Message};
 use super::persist;
 use super::settings::QueueSettings;
+use crate::core::fast_map::FastMap;
 use crate::store::{Completion, MessageKey, Op, Store};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
 /// Why a message leaves its queue without being acknowledged.
@@ -80,9 +81,12 @@ struct State {
     groups: GroupTable,
     consumers: Vec<Slot>,
     next_rr: usize,
-    in_flight: HashMap<u64, InFlight>,
-    /// Deliveries in flight per group lane, to know when a paused group is free.
-    lane_in_flight: HashMap<Arc<str>, u32>,
+    in_flight: FastMap<u64, InFlight>,
+    /// Deliveries still in flight for each group paused by a rebalance; the
+    /// group is free when its count reaches zero. Counted only for paused
+    /// groups (from `in_flight` when the rebalance starts), so the common
+    /// path of dispatch and ack does no per-group bookkeeping.
+    paused_in_flight: FastMap<Arc<str>, u32>,
     backlog: Backlog,
     deleted: bool,
     /// `delay_before_dispatch`: when dispatch starts without enough consumers.
@@ -145,8 +149,8 @@ impl Queue {
                 groups,
                 consumers: Vec::new(),
                 next_rr: 0,
-                in_flight: HashMap::new(),
-                lane_in_flight: HashMap::new(),
+                in_flight: FastMap::default(),
+                paused_in_flight: FastMap::default(),
                 backlog: Backlog::default(),
                 deleted: false,
                 hold_until: None,
@@ -343,14 +347,22 @@ impl Queue {
     /// consumers never hold the same group at once.
     fn rebalance(&self, st: &mut State) {
         let pause = self.settings.group_rebalance_pause_dispatch;
+        let mut busy: FastMap<Arc<str>, u32> = FastMap::default();
+        if pause {
+            for flight in st.in_flight.values() {
+                if let Some(lane) = &flight.entry.lane {
+                    *busy.entry(lane.clone()).or_default() += 1;
+                }
+            }
+        }
         for (lane, owner) in st.groups.bindings() {
             if owner == PAUSED {
                 continue;
             }
-            let busy = st.lane_in_flight.get(&lane).copied().unwrap_or(0) > 0;
-            if pause && busy {
+            if let Some(count) = busy.remove(&lane) {
                 st.groups.bind(lane.clone(), PAUSED);
                 st.ready.rebind(&lane, Some(owner), Some(PAUSED));
+                st.paused_in_flight.insert(lane, count);
             } else {
                 st.groups.unbind(&lane);
                 st.ready.rebind(&lane, Some(owner), None);
@@ -362,16 +374,19 @@ impl Queue {
     /// its last outstanding message is settled.
     fn take_in_flight(st: &mut State, seq: u64) -> Option<InFlight> {
         let flight = st.in_flight.remove(&seq)?;
+        if st.paused_in_flight.is_empty() {
+            return Some(flight);
+        }
         if let Some(lane) = &flight.entry.lane {
-            let left = match st.lane_in_flight.get_mut(lane) {
+            let left = match st.paused_in_flight.get_mut(lane) {
                 Some(count) => {
                     *count = count.saturating_sub(1);
                     *count
                 }
-                None => 0,
+                None => return Some(flight),
             };
             if left == 0 {
-                st.lane_in_flight.remove(lane);
+                st.paused_in_flight.remove(lane);
                 if st.groups.owner(lane) == Some(PAUSED) {
                     st.groups.unbind(lane);
                     st.ready.rebind(lane, Some(PAUSED), None);
@@ -453,10 +468,31 @@ impl Queue {
         consumer: ConsumerId,
         seqs: &[u64],
     ) -> Result<Completion, CoreError> {
+        self.ack_locked(self.state.lock(), consumer, seqs)
+    }
+
+    /// [`ack`](Self::ack) if the queue is free right now; `None` when another
+    /// thread holds it. An auto-ack consumer acks after every write, and each
+    /// ack used to wait on the publisher's lock (spinning, yielding the CPU);
+    /// it can as well ack with its next batch.
+    pub fn try_ack(
+        self: &Arc<Self>,
+        consumer: ConsumerId,
+        seqs: &[u64],
+    ) -> Option<Result<Completion, CoreError>> {
+        let st = self.state.try_lock()?;
+        Some(self.ack_locked(st, consumer, seqs))
+    }
+
+    fn ack_locked(
+        self: &Arc<Self>,
+        mut st: parking_lot::MutexGuard<'_, State>,
+        consumer: ConsumerId,
+        seqs: &[u64],
+    ) -> Result<Completion, CoreError> {
         let mut after = AfterUnlock::default();
         let mut deletes = Vec::new();
         let result = {
-            let mut st = self.state.lock();
             let mut result = Ok(());
             for &seq in seqs {
                 match st.in_flight.get(&seq) {
@@ -485,6 +521,7 @@ impl Queue {
                 _ => self.store.submit_all(deletes),
             };
             self.dispatch(&mut st, &mut after);
+            drop(st);
             result.map(|()| completion)
         };
         self.finish(after);
@@ -678,9 +715,6 @@ impl Queue {
             let sent = slot.sink.send(delivery).is_ok();
             st.next_rr = index + 1;
             if sent {
-                if let Some(lane) = &entry.lane {
-                    *st.lane_in_flight.entry(lane.clone()).or_default() += 1;
-                }
                 st.in_flight.insert(entry.seq, InFlight { consumer, entry });
             } else {
                 // The session is gone; it will remove the consumer shortly.

@@ -126,6 +126,15 @@ struct Session<S> {
     last_write: Instant,
     /// Group defaults from the connection factory; a STOMP connection is one producer.
     producer: ProducerGroup,
+    /// Auto-mode acks not yet applied because their queue was busy (see
+    /// `write_deliveries`); applied with the next batch or when idle.
+    deferred_acks: Vec<DeferredAck>,
+}
+
+struct DeferredAck {
+    queue: Arc<crate::core::queue::Queue>,
+    consumer: ConsumerId,
+    seqs: Vec<u64>,
 }
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
@@ -169,6 +178,7 @@ where
         last_read: now,
         last_write: now,
         producer: ProducerGroup::default(),
+        deferred_acks: Vec::new(),
     };
     match session.handshake().await {
         Ok(true) => {}
@@ -182,6 +192,8 @@ where
     if let Err((e, receipt)) = session.main_loop(&mut shutdown).await {
         session.fail(&e, receipt.as_deref()).await;
     }
+    // Messages written in auto mode are consumed, even if their ack waited.
+    session.apply_deferred_acks();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
     session.subs.clear();
 }
@@ -302,6 +314,10 @@ where
                 Some(delivery) = self.deliveries.recv() => {
                     self.write_deliveries(delivery).await.map_err(|e| (e, None))?;
                 }
+                // Lets the tasks holding the queue go first, then acks for sure.
+                _ = tokio::task::yield_now(), if !self.deferred_acks.is_empty() => {
+                    self.apply_deferred_acks();
+                }
                 Some((receipt, result)) = self.receipts.next(), if !self.receipts.is_empty() => {
                     match result {
                         Ok(()) => {
@@ -363,11 +379,32 @@ where
         }
         SinkExt::<Outbound>::flush(&mut self.framed).await?;
         self.last_write = Instant::now();
-        for (consumer, (queue, seqs)) in auto_acks {
-            // Auto mode: a message counts as consumed once it is written.
-            let _ = queue.ack(consumer, &seqs);
+        // Auto mode: a message counts as consumed once it is written. The ack
+        // waits for a free queue rather than contending with its publishers
+        // (it only returns credit, and the window has plenty).
+        for (consumer, (queue, mut seqs)) in auto_acks {
+            match self
+                .deferred_acks
+                .iter_mut()
+                .find(|d| d.consumer == consumer)
+            {
+                Some(deferred) => deferred.seqs.append(&mut seqs),
+                None => self.deferred_acks.push(DeferredAck {
+                    queue,
+                    consumer,
+                    seqs,
+                }),
+            }
         }
+        self.deferred_acks
+            .retain_mut(|d| d.queue.try_ack(d.consumer, &d.seqs).is_none());
         Ok(())
+    }
+
+    fn apply_deferred_acks(&mut self) {
+        for d in self.deferred_acks.drain(..) {
+            let _ = d.queue.ack(d.consumer, &d.seqs);
+        }
     }
 
     fn delivery_frame(&mut self, delivery: &Delivery) -> Option<Frame> {
@@ -632,6 +669,7 @@ where
                 ))
             }
         };
+        self.apply_deferred_acks();
         let sub = self
             .subs
             .remove(&id)
