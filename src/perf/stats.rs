@@ -93,8 +93,8 @@ impl ConsumerStats {
                 *next = stamp.seq + 1;
             }
         }
-        if let Some(seen) = stamp
-            .group
+        if let Some(seen) = self
+            .group_of(&stamp)
             .and_then(|g| self.groups_seen.get_mut(g as usize))
         {
             *seen = true;
@@ -105,12 +105,15 @@ impl ConsumerStats {
         if stamp.producer >= self.producers {
             return None;
         }
-        let group = match (stamp.group, self.groups) {
-            (None, 0) => 0,
-            (Some(g), groups) if g < groups => g,
-            _ => return None,
-        };
+        let group = self.group_of(stamp).unwrap_or(0);
         Some(stamp.producer as usize * self.groups.max(1) as usize + group as usize)
+    }
+
+    /// Producers assign groups round robin by sequence number, so the group
+    /// follows from the stamp; messages carry no extra header for it (which
+    /// would cost every broker a property per message in grouped runs only).
+    fn group_of(&self, stamp: &Stamp) -> Option<u32> {
+        (self.groups > 0).then(|| (stamp.seq % u64::from(self.groups)) as u32)
     }
 }
 

@@ -562,15 +562,9 @@ impl AmqpPublisher {
             Value::String(Str::from_static(headers::SENT)),
             Value::Ulong(stamp.sent_us),
         ));
-        let group = stamp.group.map(|g| {
-            properties.push((
-                Value::String(Str::from_static(headers::GROUP_INDEX)),
-                Value::Uint(g),
-            ));
-            crate::protocol::amqp::Properties {
-                group_id: Some(Str::from(format!("{}{g}", headers::GROUP_PREFIX))),
-                ..Default::default()
-            }
+        let group = stamp.group.map(|g| crate::protocol::amqp::Properties {
+            group_id: Some(Str::from(format!("{}{g}", headers::GROUP_PREFIX))),
+            ..Default::default()
         });
         Message {
             properties: group,
@@ -840,15 +834,12 @@ fn parse_stamp(payload: Bytes, run_id: u64) -> Option<Stamp> {
     if get(headers::RUN)? != run_id {
         return None;
     }
-    let group = match map_get(props, headers::GROUP_INDEX) {
-        Some(g) => Some(u32::try_from(number(g)?).ok()?),
-        None => None,
-    };
     Some(Stamp {
         producer: u32::try_from(get(headers::PRODUCER)?).ok()?,
         seq: get(headers::SEQ)?,
         sent_us: get(headers::SENT)?,
-        group,
+        // Follows from the sequence number (see `ConsumerStats`).
+        group: None,
     })
 }
 
@@ -937,7 +928,6 @@ mod tests {
             (Value::string("perf-p"), Value::Uint(3)),
             (Value::string("perf-seq"), Value::Ulong(17)),
             (Value::string("perf-ts"), Value::string("1000")),
-            (Value::string("perf-g"), Value::Int(9)),
         ];
         let message = Message {
             application_properties: Some(props),
@@ -951,7 +941,7 @@ mod tests {
                 producer: 3,
                 seq: 17,
                 sent_us: 1000,
-                group: Some(9)
+                group: None
             })
         );
         assert_eq!(parse_stamp(message, 43), None);

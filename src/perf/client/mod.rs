@@ -33,9 +33,6 @@ pub mod headers {
     pub const SEQ: &str = "perf-seq";
     pub const SENT: &str = "perf-ts";
     pub const GROUP: &str = "JMSXGroupID";
-    /// The group index again, under our own name: ActiveMQ Classic does not
-    /// hand JMSXGroupID back to STOMP consumers.
-    pub const GROUP_INDEX: &str = "perf-g";
     pub const DELAY: &str = "AMQ_SCHEDULED_DELAY";
     /// Group ids are `g<index>`.
     pub const GROUP_PREFIX: &str = "g";

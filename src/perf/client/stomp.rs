@@ -208,10 +208,6 @@ impl Publisher for StompPublisher {
             out.put_slice(headers::GROUP_PREFIX.as_bytes());
             put_decimal(out, u64::from(group));
             out.put_u8(b'\n');
-            out.put_slice(headers::GROUP_INDEX.as_bytes());
-            out.put_u8(b':');
-            put_decimal(out, u64::from(group));
-            out.put_u8(b'\n');
         }
         for (name, value) in [
             (headers::PRODUCER, u64::from(stamp.producer)),
@@ -360,15 +356,12 @@ fn parse_stamp(frame: &Frame, run_id: &str) -> Option<Stamp> {
         return None;
     }
     let number = |name: &str| frame.header(name).and_then(|v| v.parse::<u64>().ok());
-    let group = match frame.header(headers::GROUP_INDEX) {
-        Some(g) => Some(g.parse().ok()?),
-        None => None,
-    };
     Some(Stamp {
         producer: u32::try_from(number(headers::PRODUCER)?).ok()?,
         seq: number(headers::SEQ)?,
         sent_us: number(headers::SENT)?,
-        group,
+        // Follows from the sequence number (see `ConsumerStats`).
+        group: None,
     })
 }
 
@@ -435,21 +428,18 @@ mod tests {
             .with_header("perf-run", "42")
             .with_header("perf-p", "3")
             .with_header("perf-seq", "17")
-            .with_header("perf-ts", "1000")
-            .with_header("perf-g", "9");
+            .with_header("perf-ts", "1000");
         assert_eq!(
             parse_stamp(&frame, "42"),
             Some(Stamp {
                 producer: 3,
                 seq: 17,
                 sent_us: 1000,
-                group: Some(9)
+                group: None
             })
         );
         assert_eq!(parse_stamp(&frame, "43"), None);
-        let foreign_group = Frame::new(Command::Message)
-            .with_header("perf-run", "42")
-            .with_header("perf-g", "orders");
-        assert_eq!(parse_stamp(&foreign_group, "42"), None);
+        let incomplete = Frame::new(Command::Message).with_header("perf-run", "42");
+        assert_eq!(parse_stamp(&incomplete, "42"), None);
     }
 }
