@@ -2,7 +2,10 @@
 //! deliveries in flight, and the disk backlog of a deep queue. One mutex per
 //! queue; nothing inside it awaits, so it is never held across a suspension.
 
+mod pending_acks;
 pub mod ready;
+
+pub use pending_acks::PendingAcks;
 
 use self::ready::{Entry, Pick, ReadySet};
 use super::consumer::{

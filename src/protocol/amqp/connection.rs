@@ -16,6 +16,7 @@ use super::txn::Transactions;
 use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::factory::ConnectionFactory;
+use crate::core::queue::PendingAcks;
 use crate::core::Broker;
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
@@ -130,6 +131,8 @@ pub struct Ctx {
     /// A link told the core to drain: what the core dispatched is in our channel
     /// and must be sent before the drain is answered.
     pub drains_pending: bool,
+    /// Acks of pre-settled deliveries waiting for a free queue.
+    pub pending_acks: PendingAcks,
     next_generation: u64,
 }
 
@@ -205,6 +208,7 @@ where
             txns: Transactions::default(),
             remote_max_frame: u32::MAX,
             drains_pending: false,
+            pending_acks: PendingAcks::default(),
             next_generation: 0,
             options,
         },
@@ -382,6 +386,10 @@ where
                     }
                     self.complete_drains();
                 }
+                // Lets the tasks holding the queue go first, then acks for sure.
+                _ = tokio::task::yield_now(), if !self.cx.pending_acks.is_empty() => {
+                    self.cx.pending_acks.apply();
+                }
                 Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
                     if let Some(session) = self.sessions.get_mut(&settled.channel) {
                         session.settled(&mut self.cx, settled);
@@ -417,6 +425,13 @@ where
             performative,
             payload,
         } = frame;
+        if matches!(
+            performative,
+            Performative::Detach(_) | Performative::End(_) | Performative::Close(_)
+        ) {
+            // A consumer may be going away: what it was sent is consumed.
+            self.cx.pending_acks.apply();
+        }
         match performative {
             Performative::Close(close) => {
                 if let Some(e) = close.error {
@@ -520,6 +535,7 @@ where
 
     /// Drops every link: unsettled messages go back to their queues.
     fn end_sessions(&mut self) {
+        self.cx.pending_acks.apply();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.cx);
         }

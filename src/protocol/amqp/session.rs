@@ -360,10 +360,8 @@ impl Session {
             }
         }
         if !auto_acks.is_empty() {
-            let _ = link
-                .queue()
-                .clone()
-                .ack(link.subscription.consumer(), &auto_acks);
+            cx.pending_acks
+                .add(link.queue(), link.subscription.consumer(), &mut auto_acks);
         }
         if link.drain && link.credit > 0 && link.pending.is_empty() && !link.core_drained {
             // What the core dispatches while draining lands in the connection's channel;

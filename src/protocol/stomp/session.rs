@@ -9,6 +9,7 @@ use crate::core::consumer::{
     ConsumerId, ConsumerOptions, CreditMode, Delivery, MessageFilter, Release,
 };
 use crate::core::factory::ProducerGroup;
+use crate::core::queue::PendingAcks;
 use crate::core::selector::Selector;
 use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
 use crate::store::Completion;
@@ -126,15 +127,9 @@ struct Session<S> {
     last_write: Instant,
     /// Group defaults from the connection factory; a STOMP connection is one producer.
     producer: ProducerGroup,
-    /// Auto-mode acks not yet applied because their queue was busy (see
-    /// `write_deliveries`); applied with the next batch or when idle.
-    deferred_acks: Vec<DeferredAck>,
-}
-
-struct DeferredAck {
-    queue: Arc<crate::core::queue::Queue>,
-    consumer: ConsumerId,
-    seqs: Vec<u64>,
+    /// Auto-mode acks waiting for a free queue; applied with the next batch
+    /// or when the session is idle.
+    pending_acks: PendingAcks,
 }
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
@@ -178,7 +173,7 @@ where
         last_read: now,
         last_write: now,
         producer: ProducerGroup::default(),
-        deferred_acks: Vec::new(),
+        pending_acks: PendingAcks::default(),
     };
     match session.handshake().await {
         Ok(true) => {}
@@ -193,7 +188,7 @@ where
         session.fail(&e, receipt.as_deref()).await;
     }
     // Messages written in auto mode are consumed, even if their ack waited.
-    session.apply_deferred_acks();
+    session.pending_acks.apply();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
     session.subs.clear();
 }
@@ -315,8 +310,8 @@ where
                     self.write_deliveries(delivery).await.map_err(|e| (e, None))?;
                 }
                 // Lets the tasks holding the queue go first, then acks for sure.
-                _ = tokio::task::yield_now(), if !self.deferred_acks.is_empty() => {
-                    self.apply_deferred_acks();
+                _ = tokio::task::yield_now(), if !self.pending_acks.is_empty() => {
+                    self.pending_acks.apply();
                 }
                 Some((receipt, result)) = self.receipts.next(), if !self.receipts.is_empty() => {
                     match result {
@@ -379,32 +374,11 @@ where
         }
         SinkExt::<Outbound>::flush(&mut self.framed).await?;
         self.last_write = Instant::now();
-        // Auto mode: a message counts as consumed once it is written. The ack
-        // waits for a free queue rather than contending with its publishers
-        // (it only returns credit, and the window has plenty).
+        // Auto mode: a message counts as consumed once it is written.
         for (consumer, (queue, mut seqs)) in auto_acks {
-            match self
-                .deferred_acks
-                .iter_mut()
-                .find(|d| d.consumer == consumer)
-            {
-                Some(deferred) => deferred.seqs.append(&mut seqs),
-                None => self.deferred_acks.push(DeferredAck {
-                    queue,
-                    consumer,
-                    seqs,
-                }),
-            }
+            self.pending_acks.add(&queue, consumer, &mut seqs);
         }
-        self.deferred_acks
-            .retain_mut(|d| d.queue.try_ack(d.consumer, &d.seqs).is_none());
         Ok(())
-    }
-
-    fn apply_deferred_acks(&mut self) {
-        for d in self.deferred_acks.drain(..) {
-            let _ = d.queue.ack(d.consumer, &d.seqs);
-        }
     }
 
     fn delivery_frame(&mut self, delivery: &Delivery) -> Option<Frame> {
@@ -669,7 +643,7 @@ where
                 ))
             }
         };
-        self.apply_deferred_acks();
+        self.pending_acks.apply();
         let sub = self
             .subs
             .remove(&id)
