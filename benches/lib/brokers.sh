@@ -66,11 +66,23 @@ start_sink() {
   register sink "$port" $! 30
 }
 
+# ActiveMQ Classic's AMQP transport is not in Debian's package: its jar and
+# proton-j come from Maven Central, into the instance's lib/ (activemq.base).
+ACTIVEMQ_AMQP_JARS="org.apache.activemq:activemq-amqp:5.17.2 org.apache.qpid:proton-j:0.34.0"
+
 start_activemq() {
-  local dir=$1 port
-  mkdir -p "$dir/conf" "$dir/data"
+  local dir=$1 port amqp artifact jars="$CACHE/activemq-amqp"
+  mkdir -p "$dir/conf" "$dir/data" "$dir/lib" "$jars"
   apt_install activemq || return 1
-  port=$(free_port)
+  for artifact in $ACTIVEMQ_AMQP_JARS; do
+    ls "$jars"/"$(echo "$artifact" | cut -d: -f2)"-*.jar >/dev/null 2>&1 && continue
+    mvn -q dependency:copy -Dartifact="$artifact" -DoutputDirectory="$jars" >>"$dir/mvn.log" 2>&1 || true
+  done
+  cp "$jars"/*.jar "$dir/lib/" 2>/dev/null || true
+  port=$(free_port); amqp=$(free_port)
+  local amqp_connector=""
+  ls "$dir"/lib/activemq-amqp-*.jar "$dir"/lib/proton-j-*.jar >/dev/null 2>&1 &&
+    amqp_connector="<transportConnector name=\"amqp\" uri=\"amqp+nio://127.0.0.1:$amqp\"/>"
   cat >"$dir/conf/activemq.xml" <<XML
 <beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
@@ -81,6 +93,7 @@ start_activemq() {
     <persistenceAdapter><kahaDB directory="$dir/data/kahadb"/></persistenceAdapter>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp+nio://127.0.0.1:$port"/>
+      $amqp_connector
     </transportConnectors>
   </broker>
 </beans>
@@ -89,7 +102,10 @@ XML
     -Dactivemq.base="$dir" -Dactivemq.conf="$dir/conf" -Dactivemq.data="$dir/data" \
     -jar /usr/share/activemq/bin/activemq.jar start "xbean:file:$dir/conf/activemq.xml" \
     >"$dir/broker.log" 2>&1 &
-  register activemq "$port" $! 120
+  register activemq "$port" $! 120 || return 1
+  if [ -n "$amqp_connector" ] && wait_port "$amqp" 30; then
+    AMQP_URL[activemq]="amqp://127.0.0.1:$amqp"
+  fi
 }
 
 start_rabbitmq() {

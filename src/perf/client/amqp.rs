@@ -29,6 +29,9 @@ use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 
 /// How long to wait for the broker's half of the handshake and attach.
+/// Numbers the container ids of this process's connections.
+static NEXT_CONTAINER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 /// What we accept per frame; brokers split larger deliveries.
 const MAX_FRAME_SIZE: u32 = 1 << 20;
@@ -111,7 +114,13 @@ impl Connection {
             hostname: Some(Str::from(host)),
             max_frame_size: MAX_FRAME_SIZE,
             channel_max: 0,
-            ..Open::new("weir-perf")
+            // One container per connection: ActiveMQ Classic takes the
+            // container id for a JMS client id and refuses a second one.
+            ..Open::new(&format!(
+                "weir-perf-{}-{}",
+                std::process::id(),
+                NEXT_CONTAINER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            ))
         };
         self.feed(open.into()).await?;
         let begin = Begin {
