@@ -2,7 +2,7 @@
 //! makes "next messages of a queue" and "what is due next" plain range scans.
 
 /// `queue id (4) ++ sequence (8)` in the `messages` column family.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct MessageKey {
     pub queue: u32,
     pub seq: u64,

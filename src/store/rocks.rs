@@ -317,4 +317,37 @@ mod tests {
         assert!(store.scan_messages(7, 0, 10).unwrap().is_empty());
         assert_eq!(store.scan_messages(8, 0, 10).unwrap().len(), 1);
     }
+
+    #[tokio::test]
+    async fn a_put_deleted_in_the_same_batch_is_never_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let key = |seq| MessageKey { queue: 1, seq };
+        let put = |seq: u64| Op::PutMessage {
+            key: key(seq),
+            record: Bytes::from(vec![seq as u8]),
+        };
+        // Stored in an earlier batch: a later delete must still remove it.
+        store.submit(put(1)).wait().await.unwrap();
+        store
+            .submit_all(vec![
+                put(2),
+                Op::DeleteMessage { key: key(2) },
+                Op::DeleteMessage { key: key(1) },
+                // Put again after its delete: the last word wins.
+                put(3),
+                Op::DeleteMessage { key: key(3) },
+                put(3),
+                put(4),
+            ])
+            .wait()
+            .await
+            .unwrap();
+        let got = store.scan_messages(1, 0, 10).unwrap();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4]);
+        drop(store);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let got = store.scan_messages(1, 0, 10).unwrap();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4]);
+    }
 }

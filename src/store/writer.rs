@@ -6,6 +6,7 @@ use super::keys::{MessageKey, ScheduleKey};
 use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{WriteBatch, WriteOptions, DB};
+use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,10 +121,10 @@ pub(super) struct Writer {
 impl Writer {
     pub fn run(self, rx: Receiver<Submission>) {
         let mut pending: Vec<oneshot::Sender<Result<(), Arc<StoreError>>>> = Vec::new();
+        let mut ops: Vec<Op> = Vec::new();
         while let Ok(first) = rx.recv() {
-            let mut batch = WriteBatch::default();
             let mut count = 0usize;
-            self.add(&mut batch, first, &mut pending, &mut count);
+            self.add(&mut ops, first, &mut pending, &mut count);
             let deadline = match self.policy {
                 FsyncPolicy::Batched { window } => Some(Instant::now() + window),
                 _ => None,
@@ -143,8 +144,9 @@ impl Writer {
                         Err(_) => break,
                     },
                 };
-                self.add(&mut batch, next, &mut pending, &mut count);
+                self.add(&mut ops, next, &mut pending, &mut count);
             }
+            let batch = self.build(&mut ops);
             let mut options = WriteOptions::default();
             options.set_sync(self.policy != FsyncPolicy::Never);
             let result = self.db.write_opt(batch, &options).map_err(|e| {
@@ -159,7 +161,7 @@ impl Writer {
 
     fn add(
         &self,
-        batch: &mut WriteBatch,
+        ops: &mut Vec<Op>,
         submission: Submission,
         pending: &mut Vec<oneshot::Sender<Result<(), Arc<StoreError>>>>,
         count: &mut usize,
@@ -167,18 +169,42 @@ impl Writer {
         match submission.ops {
             OpList::One(op) => {
                 *count += 1;
-                self.apply(batch, op)
+                ops.push(op);
             }
-            OpList::Many(ops) => {
-                *count += ops.len();
-                for op in ops {
-                    self.apply(batch, op);
-                }
+            OpList::Many(mut many) => {
+                *count += many.len();
+                ops.append(&mut many);
             }
         }
         if let Some(done) = submission.done {
             pending.push(done);
         }
+    }
+
+    /// One WriteBatch for the gathered ops, in order. A message stored and
+    /// then acknowledged within the same batch (a consumer that keeps up) is
+    /// not written at all: its put is dropped and only the delete is kept, so
+    /// RocksDB never holds the record, while a record from an earlier batch
+    /// (or an earlier run) is still deleted. This halves the writer's work on
+    /// persistent messages that are consumed at once.
+    fn build(&self, ops: &mut Vec<Op>) -> WriteBatch {
+        let mut deleted_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
+            HashMap::default();
+        for (i, op) in ops.iter().enumerate() {
+            if let Op::DeleteMessage { key } = op {
+                deleted_at.insert(*key, i);
+            }
+        }
+        let mut batch = WriteBatch::default();
+        for (i, op) in ops.drain(..).enumerate() {
+            if let Op::PutMessage { key, .. } = &op {
+                if deleted_at.get(key).is_some_and(|&at| at > i) {
+                    continue;
+                }
+            }
+            self.apply(&mut batch, op);
+        }
+        batch
     }
 
     fn apply(&self, batch: &mut WriteBatch, op: Op) {

@@ -57,11 +57,19 @@ pub enum ScheduleError {
 pub struct ScheduleOptions {
     /// Entries held in memory at most; the rest wait on disk.
     pub window: usize,
+    /// Message bytes held in memory at most (large messages fill it first).
+    pub window_bytes: usize,
 }
 
 impl Default for ScheduleOptions {
     fn default() -> Self {
-        Self { window: 16_384 }
+        // A burst of a hundred thousand messages due within seconds is served
+        // from memory without paging; ten million due over minutes cost a
+        // bounded ~64 MiB of it (the rest waits on disk).
+        Self {
+            window: 131_072,
+            window_bytes: 64 << 20,
+        }
     }
 }
 
@@ -86,6 +94,8 @@ struct Waiting {
 
 struct Window {
     entries: BTreeMap<ScheduleKey, Waiting>,
+    /// Message bytes held by `entries`.
+    bytes: usize,
     /// Every entry with a key up to here is in `entries`.
     bound: ScheduleKey,
     /// A page-in is scanning the disk past `bound`.
@@ -94,10 +104,43 @@ struct Window {
     arrived: Vec<(ScheduleKey, Waiting)>,
 }
 
+impl Window {
+    fn put(&mut self, key: ScheduleKey, w: Waiting) {
+        self.bytes += w.message.weight();
+        if let Some(old) = self.entries.insert(key, w) {
+            self.bytes = self.bytes.saturating_sub(old.message.weight());
+        }
+    }
+
+    fn remove(&mut self, key: &ScheduleKey) -> Option<Waiting> {
+        let w = self.entries.remove(key)?;
+        self.bytes = self.bytes.saturating_sub(w.message.weight());
+        Some(w)
+    }
+
+    fn pop_last(&mut self) -> Option<(ScheduleKey, Waiting)> {
+        let (key, w) = self.entries.pop_last()?;
+        self.bytes = self.bytes.saturating_sub(w.message.weight());
+        Some((key, w))
+    }
+
+    /// The earliest entry, if it is due by `now`.
+    fn pop_first_due(&mut self, now: u64) -> Option<(ScheduleKey, Waiting)> {
+        let first = self.entries.first_entry()?;
+        if first.key().due_ms > now {
+            return None;
+        }
+        let (key, w) = first.remove_entry();
+        self.bytes = self.bytes.saturating_sub(w.message.weight());
+        Some((key, w))
+    }
+}
+
 struct Inner {
     store: Store,
     window: Mutex<Window>,
     capacity: usize,
+    max_bytes: usize,
     wake: Notify,
     next_seq: AtomicU64,
     /// Sequences below this were issued by an earlier run of the broker.
@@ -133,11 +176,13 @@ impl Schedule {
             store: broker.store().clone(),
             window: Mutex::new(Window {
                 entries: BTreeMap::new(),
+                bytes: 0,
                 bound: stored::BARRIER_KEY,
                 paging: false,
                 arrived: Vec::new(),
             }),
             capacity,
+            max_bytes: options.window_bytes.max(1),
             wake: Notify::new(),
             next_seq: AtomicU64::new(boot_seq),
             boot_seq,
@@ -348,7 +393,7 @@ impl Inner {
                 .entries
                 .first_key_value()
                 .is_none_or(|(k, _)| key < *k);
-            window.entries.insert(key, w);
+            window.put(key, w);
             if !window.paging {
                 self.evict(&mut window);
             }
@@ -369,11 +414,11 @@ impl Inner {
 
     /// Drops the latest entries until the window fits, lowering its bound.
     fn evict(&self, window: &mut Window) {
-        if window.entries.len() <= self.capacity {
+        if !self.over(window) {
             return;
         }
-        while window.entries.len() > self.capacity {
-            let Some((key, w)) = window.entries.pop_last() else {
+        while self.over(window) {
+            let Some((key, w)) = window.pop_last() else {
                 break;
             };
             if !w.on_disk {
@@ -383,6 +428,20 @@ impl Inner {
         if let Some((last, _)) = window.entries.last_key_value() {
             window.bound = window.bound.min(*last);
         }
+    }
+
+    /// More in memory than the window may hold.
+    fn over(&self, window: &Window) -> bool {
+        window.entries.len() > self.capacity
+            || (window.bytes > self.max_bytes && window.entries.len() > 1)
+    }
+
+    /// Little enough in memory that a page from disk should follow (if the
+    /// disk holds more).
+    fn low(&self, window: &Window) -> bool {
+        window.bound != MAX_KEY
+            && window.entries.len() <= self.capacity / 2
+            && window.bytes <= self.max_bytes / 2
     }
 
     fn spill(&self, key: ScheduleKey, w: &Waiting) {
@@ -396,7 +455,7 @@ impl Inner {
     /// disk only. Call with `paging` held.
     fn take(&self, key: ScheduleKey) -> Result<Option<Waiting>, ScheduleError> {
         let mut window = self.window.lock();
-        match window.entries.remove(&key) {
+        match window.remove(&key) {
             Some(w) => Ok(Some(w)),
             // At or below the bound and not in memory: delivered or never there.
             None if key <= window.bound => Err(ScheduleError::NotFound(format_key(&key))),
@@ -459,11 +518,11 @@ impl Inner {
         let bound = loaded.more_after.unwrap_or(MAX_KEY);
         let mut window = self.window.lock();
         for (key, w) in loaded.entries {
-            window.entries.insert(key, w);
+            window.put(key, w);
         }
         for (key, w) in std::mem::take(&mut window.arrived) {
             if key <= bound {
-                window.entries.insert(key, w);
+                window.put(key, w);
             }
         }
         window.bound = bound;
@@ -473,17 +532,13 @@ impl Inner {
 
     /// Refills the window from disk when it runs low. False when that failed.
     async fn page_in(&self, broker: &Broker) -> bool {
-        let low = self.capacity / 2;
-        {
-            let window = self.window.lock();
-            if window.bound == MAX_KEY || window.entries.len() > low {
-                return true;
-            }
+        if !self.low(&self.window.lock()) {
+            return true;
         }
         let _paging = self.paging.lock().await;
         let (from, want) = {
             let mut window = self.window.lock();
-            if window.bound == MAX_KEY || window.entries.len() > low {
+            if !self.low(&window) {
                 return true;
             }
             window.paging = true;
@@ -522,9 +577,9 @@ impl Inner {
         let mut window = self.window.lock();
         let mut due = Vec::new();
         while due.len() < limit {
-            match window.entries.first_entry() {
-                Some(first) if first.key().due_ms <= now => due.push(first.remove_entry()),
-                _ => break,
+            match window.pop_first_due(now) {
+                Some(entry) => due.push(entry),
+                None => break,
             }
         }
         due
@@ -533,8 +588,7 @@ impl Inner {
     /// What the timer does next: page in now, or sleep until a due time (or until woken).
     fn next_step(&self) -> Next {
         let window = self.window.lock();
-        let low = window.bound != MAX_KEY && window.entries.len() <= self.capacity / 2;
-        if low && !self.refilling.load(Ordering::Acquire) {
+        if self.low(&window) && !self.refilling.load(Ordering::Acquire) {
             return Next::PageIn;
         }
         match window.entries.first_key_value() {
@@ -596,11 +650,8 @@ async fn run(inner: Arc<Inner>, broker: Broker) {
 
 /// Refills the window in a task of its own when it runs low.
 fn start_refill(inner: &Arc<Inner>, broker: &Broker) {
-    {
-        let window = inner.window.lock();
-        if window.bound == MAX_KEY || window.entries.len() > inner.capacity / 2 {
-            return;
-        }
+    if !inner.low(&inner.window.lock()) {
+        return;
     }
     if inner.refilling.swap(true, Ordering::AcqRel) {
         return;

@@ -10,6 +10,16 @@ use std::collections::HashSet;
 use tokio::sync::mpsc;
 
 fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
+    open_with(
+        dir,
+        ScheduleOptions {
+            window,
+            ..ScheduleOptions::default()
+        },
+    )
+}
+
+fn open_with(dir: &std::path::Path, window: ScheduleOptions) -> (Broker, Arc<Schedule>) {
     let options = StoreOptions {
         fsync: crate::store::FsyncPolicy::Never,
         ..StoreOptions::default()
@@ -25,7 +35,7 @@ fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
         },
     )
     .unwrap();
-    let schedule = Schedule::open(&broker, ScheduleOptions { window }).unwrap();
+    let schedule = Schedule::open(&broker, window).unwrap();
     broker.set_scheduler(schedule.clone());
     (broker, schedule)
 }
@@ -137,6 +147,43 @@ async fn pages_through_a_tiny_window() {
     assert_eq!(got.len(), n as usize, "each delivered exactly once");
     let distinct: HashSet<String> = got.iter().map(|(d, _)| body(d)).collect();
     assert_eq!(distinct.len(), n as usize);
+    assert_on_time_in_order(&got);
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn large_messages_fill_the_window_by_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = "x".repeat(4096);
+    let weight = delayed(&body, 0, false).weight();
+    let (broker, schedule) = open_with(
+        dir.path(),
+        ScheduleOptions {
+            window: 1_000,
+            window_bytes: 3 * weight,
+        },
+    );
+    let (_sub, mut rx) = consume(&broker);
+    let now = now_ms();
+    let n = 30;
+    for i in 0..n {
+        let due = now + 200 + (i * 37 % 31) * 5;
+        let message = delayed(&format!("{i}-{body}"), due, i % 2 == 0);
+        broker
+            .publish(message, RoutingType::Anycast)
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        // The byte budget, not the entry count, bounds what stays in memory.
+        assert!(
+            schedule.in_memory() <= 3,
+            "{} in memory",
+            schedule.in_memory()
+        );
+    }
+    let got = receive(&mut rx, n as usize + 1).await;
+    assert_eq!(got.len(), n as usize, "each delivered exactly once");
     assert_on_time_in_order(&got);
     schedule.shutdown().await;
 }
