@@ -19,7 +19,6 @@ use super::settings::QueueSettings;
 use crate::core::fast_map::FastMap;
 use crate::store::{Completion, MessageKey, Op, Store};
 use bytes::Bytes;
-use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
@@ -108,7 +107,7 @@ pub struct Queue {
     settings: QueueSettings,
     store: Store,
     diverter: Weak<dyn Diverter>,
-    state: Mutex<State>,
+    state: StateLock,
 }
 
 impl std::fmt::Debug for Queue {
@@ -146,7 +145,7 @@ impl Queue {
             settings,
             store,
             diverter,
-            state: Mutex::new(State {
+            state: StateLock(std::sync::Mutex::new(State {
                 next_seq: 1,
                 ready: ReadySet::default(),
                 groups,
@@ -158,7 +157,7 @@ impl Queue {
                 deleted: false,
                 hold_until: None,
                 starved: Vec::new(),
-            }),
+            })),
         }
     }
 
@@ -489,7 +488,7 @@ impl Queue {
 
     fn ack_locked(
         self: &Arc<Self>,
-        mut st: parking_lot::MutexGuard<'_, State>,
+        mut st: std::sync::MutexGuard<'_, State>,
         consumer: ConsumerId,
         seqs: &[u64],
     ) -> Result<Completion, CoreError> {
@@ -905,4 +904,27 @@ fn redelivery_delay_ms(settings: &QueueSettings, delivery_count: u32) -> u64 {
         .powi(delivery_count.saturating_sub(1) as i32);
     let max = settings.max_redelivery_delay.as_millis() as f64;
     (base * factor).min(max.max(base)) as u64
+}
+
+/// A queue's state lock. std's futex mutex parks a waiter after a short spin;
+/// parking_lot's spins by yielding the CPU, which on two cores shared by a
+/// publisher and auto-acking consumers meant tens of thousands of
+/// `sched_yield` calls a second. A panic while holding it leaves the state as
+/// it was: nothing is half-applied across an await, so poisoning is ignored.
+struct StateLock(std::sync::Mutex<State>);
+
+impl StateLock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, State>> {
+        match self.0.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }
