@@ -8,8 +8,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use weir::core::auth::Authenticator;
-use weir::core::settings::{QueueSettings, SettingsTable};
+use weir::core::settings::QueueSettings;
 use weir::core::{
     Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, RoutingType,
 };
@@ -31,12 +30,7 @@ fn rig(groups: usize) -> Rig {
     let store = Store::open(dir.path(), StoreOptions::default()).expect("store");
     let broker = Broker::open(
         store,
-        BrokerOptions {
-            settings: SettingsTable::new(QueueSettings::default()),
-            auth: Authenticator::open(),
-            declared: vec![],
-            factories: vec![],
-        },
+        BrokerOptions::with_queue_settings(QueueSettings::default()),
     )
     .expect("broker");
     let mut receivers = Vec::new();

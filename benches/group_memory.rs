@@ -8,9 +8,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
-use weir::core::auth::Authenticator;
 use weir::core::grouping::GroupTable;
-use weir::core::settings::{QueueSettings, SettingsTable};
+use weir::core::settings::QueueSettings;
 use weir::core::{Broker, BrokerOptions, ConsumerOptions, CreditMode, Message, RoutingType};
 use weir::store::{Store, StoreOptions};
 
@@ -67,12 +66,7 @@ fn main() {
         let store = Store::open(dir.path(), StoreOptions::default()).expect("store");
         let broker = Broker::open(
             store,
-            BrokerOptions {
-                settings: SettingsTable::new(QueueSettings::default()),
-                auth: Authenticator::open(),
-                declared: vec![],
-                factories: vec![],
-            },
+            BrokerOptions::with_queue_settings(QueueSettings::default()),
         )
         .expect("broker");
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

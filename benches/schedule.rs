@@ -4,11 +4,10 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::sync::Arc;
 use std::time::Duration;
-use weir::core::auth::Authenticator;
 use weir::core::broker::DelayedDelivery;
 use weir::core::message::now_ms;
 use weir::core::schedule::{Schedule, ScheduleOptions};
-use weir::core::settings::{QueueSettings, SettingsTable};
+use weir::core::settings::QueueSettings;
 use weir::core::{Broker, BrokerOptions, Message};
 use weir::store::{FsyncPolicy, Store, StoreOptions};
 
@@ -25,12 +24,7 @@ fn open(dir: &std::path::Path) -> (Broker, Arc<Schedule>) {
     .unwrap();
     let broker = Broker::open(
         store,
-        BrokerOptions {
-            settings: SettingsTable::new(QueueSettings::default()),
-            auth: Authenticator::open(),
-            declared: vec![],
-            factories: vec![],
-        },
+        BrokerOptions::with_queue_settings(QueueSettings::default()),
     )
     .unwrap();
     let schedule = Schedule::open(&broker, ScheduleOptions::default()).unwrap();

@@ -33,6 +33,19 @@ pub struct BrokerOptions {
     pub factories: Vec<ConnectionFactory>,
 }
 
+impl BrokerOptions {
+    /// Every queue with `settings`, anonymous access, nothing declared and no
+    /// connection factories: a broker embedded in a test or a benchmark.
+    pub fn with_queue_settings(settings: QueueSettings) -> Self {
+        Self {
+            settings: SettingsTable::new(settings),
+            auth: Authenticator::open(),
+            declared: Vec::new(),
+            factories: Vec::new(),
+        }
+    }
+}
+
 /// Receives messages that became due, from the delay schedule.
 pub trait DelayedDelivery: Send + Sync {
     /// Holds `message` for `queue` until `message.due_at`.

@@ -1,24 +1,14 @@
 //! Core behaviour over a real store: dispatch, acks, grouping, redelivery, recovery.
 
 use super::*;
-use crate::core::auth::Authenticator;
-use crate::core::settings::{QueueSettings, SettingsTable};
+use crate::core::settings::QueueSettings;
 use crate::store::{Store, StoreOptions};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
 fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
     let store = Store::open(dir, StoreOptions::default()).unwrap();
-    Broker::open(
-        store,
-        BrokerOptions {
-            settings: SettingsTable::new(settings),
-            auth: Authenticator::open(),
-            declared: vec![],
-            factories: vec![],
-        },
-    )
-    .unwrap()
+    Broker::open(store, BrokerOptions::with_queue_settings(settings)).unwrap()
 }
 
 fn msg(address: &str, body: &str, group: Option<&str>) -> Message {
@@ -49,26 +39,10 @@ async fn anycast_shares_and_acks() {
     let broker = open(dir.path(), QueueSettings::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let a = broker
-        .subscribe(
-            "q",
-            RoutingType::Anycast,
-            ConsumerOptions {
-                credit: CreditMode::Window(1),
-                ..Default::default()
-            },
-            tx.clone(),
-        )
+        .subscribe("q", RoutingType::Anycast, window(1), tx.clone())
         .unwrap();
     let b = broker
-        .subscribe(
-            "q",
-            RoutingType::Anycast,
-            ConsumerOptions {
-                credit: CreditMode::Window(1),
-                ..Default::default()
-            },
-            tx,
-        )
+        .subscribe("q", RoutingType::Anycast, window(1), tx)
         .unwrap();
     for i in 0..3 {
         broker
@@ -238,15 +212,7 @@ async fn durable_messages_survive_reopen_and_deep_queue_pages() {
         // Before reopening, read back everything in order through paging.
         let (tx, mut rx) = mpsc::unbounded_channel();
         let s = broker
-            .subscribe(
-                "d",
-                RoutingType::Anycast,
-                ConsumerOptions {
-                    credit: CreditMode::Window(5),
-                    ..Default::default()
-                },
-                tx,
-            )
+            .subscribe("d", RoutingType::Anycast, window(5), tx)
             .unwrap();
         let mut seen = Vec::new();
         while seen.len() < 50 {
@@ -574,15 +540,7 @@ async fn try_ack_acks_like_ack_when_the_queue_is_free() {
     let broker = open(dir.path(), QueueSettings::default());
     let (tx, mut rx) = mpsc::unbounded_channel();
     let _sub = broker
-        .subscribe(
-            "t",
-            RoutingType::Anycast,
-            ConsumerOptions {
-                credit: CreditMode::Window(1),
-                ..Default::default()
-            },
-            tx,
-        )
+        .subscribe("t", RoutingType::Anycast, window(1), tx)
         .unwrap();
     for i in 0..2 {
         broker

@@ -35,15 +35,7 @@ fn write_config(data_dir: &Path, config: Option<&str>) -> Option<PathBuf> {
 
 impl BrokerProcess {
     pub fn start(data_dir: &Path, config: Option<&str>) -> Self {
-        let config_path = write_config(data_dir, config);
-        Self::retry(|| {
-            Self::spawn(
-                data_dir.to_path_buf(),
-                config_path.clone(),
-                free_port(),
-                None,
-            )
-        })
+        Self::start_on(data_dir, config, false)
     }
 
     /// Tests run in parallel: a port can be taken between our probe and the
@@ -60,13 +52,17 @@ impl BrokerProcess {
 
     /// Like [`BrokerProcess::start`], with the AMQP listener on a free port as well.
     pub fn start_with_amqp(data_dir: &Path, config: Option<&str>) -> Self {
+        Self::start_on(data_dir, config, true)
+    }
+
+    fn start_on(data_dir: &Path, config: Option<&str>, amqp: bool) -> Self {
         let config_path = write_config(data_dir, config);
         Self::retry(|| {
             Self::spawn(
                 data_dir.to_path_buf(),
                 config_path.clone(),
                 free_port(),
-                Some(free_port()),
+                amqp.then(free_port),
             )
         })
     }

@@ -108,20 +108,18 @@ impl Window {
     fn put(&mut self, key: ScheduleKey, w: Waiting) {
         self.bytes += w.message.weight();
         if let Some(old) = self.entries.insert(key, w) {
-            self.bytes = self.bytes.saturating_sub(old.message.weight());
+            self.released(old);
         }
     }
 
     fn remove(&mut self, key: &ScheduleKey) -> Option<Waiting> {
         let w = self.entries.remove(key)?;
-        self.bytes = self.bytes.saturating_sub(w.message.weight());
-        Some(w)
+        Some(self.released(w))
     }
 
     fn pop_last(&mut self) -> Option<(ScheduleKey, Waiting)> {
         let (key, w) = self.entries.pop_last()?;
-        self.bytes = self.bytes.saturating_sub(w.message.weight());
-        Some((key, w))
+        Some((key, self.released(w)))
     }
 
     /// The earliest entry, if it is due by `now`.
@@ -131,8 +129,13 @@ impl Window {
             return None;
         }
         let (key, w) = first.remove_entry();
+        Some((key, self.released(w)))
+    }
+
+    /// Accounts for an entry that left `entries`.
+    fn released(&mut self, w: Waiting) -> Waiting {
         self.bytes = self.bytes.saturating_sub(w.message.weight());
-        Some((key, w))
+        w
     }
 }
 

@@ -2,8 +2,7 @@
 //! window, auditor operations, restart recovery.
 
 use super::*;
-use crate::core::auth::Authenticator;
-use crate::core::settings::{QueueSettings, SettingsTable};
+use crate::core::settings::QueueSettings;
 use crate::core::{BrokerOptions, ConsumerOptions, Delivery, RoutingType};
 use crate::store::StoreOptions;
 use std::collections::HashSet;
@@ -27,12 +26,7 @@ fn open_with(dir: &std::path::Path, window: ScheduleOptions) -> (Broker, Arc<Sch
     let store = Store::open(dir, options).unwrap();
     let broker = Broker::open(
         store,
-        BrokerOptions {
-            settings: SettingsTable::new(QueueSettings::default()),
-            auth: Authenticator::open(),
-            declared: vec![],
-            factories: vec![],
-        },
+        BrokerOptions::with_queue_settings(QueueSettings::default()),
     )
     .unwrap();
     let schedule = Schedule::open(&broker, window).unwrap();
