@@ -155,6 +155,39 @@ async fn plain_login_send_unsettled_receive_and_accept() {
 }
 
 #[tokio::test]
+async fn a_window_of_unsettled_sends_is_accepted_one_by_one() {
+    // The broker answers a window of transfers read together with ranged
+    // dispositions: every delivery must still get its own outcome.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), None);
+    let mut c = connect(&broker, None).await.expect("connect");
+    let mut sender = unsettled_sender(&mut c, "s", "amqp.window").await;
+    let mut outcomes = Vec::new();
+    for i in 0..200 {
+        let fut = sender
+            .send_batchable(text_message(&format!("m{i}"), &[]))
+            .await
+            .expect("send");
+        outcomes.push(fut);
+    }
+    for fut in outcomes {
+        let outcome = tokio::time::timeout(WAIT, fut)
+            .await
+            .expect("settled in time")
+            .expect("outcome");
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    }
+    let mut receiver = Receiver::attach(&mut c.session, "r", "amqp.window")
+        .await
+        .unwrap();
+    for i in 0..200 {
+        let d = recv(&mut receiver).await;
+        assert_eq!(body_text(d.body()), format!("m{i}"));
+        receiver.accept(&d).await.unwrap();
+    }
+}
+
+#[tokio::test]
 async fn wrong_password_is_refused_by_sasl() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), Some(USERS));

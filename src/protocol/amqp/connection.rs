@@ -21,7 +21,7 @@ use crate::core::Broker;
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -356,22 +356,18 @@ where
         loop {
             tokio::select! {
                 item = self.framed.next() => {
-                    self.last_read = Instant::now();
-                    match item {
-                        None => return Ok(()),
-                        Some(Err(e)) => return Err(e.into()),
-                        Some(Ok(Inbound::Heartbeat)) => {}
-                        Some(Ok(Inbound::Header(_))) => {
-                            return Err(close_error(condition::CONNECTION_FRAMING_ERROR, "unexpected protocol header"));
-                        }
-                        Some(Ok(Inbound::Frame(Frame::Sasl(_)))) => {
-                            return Err(close_error(condition::CONNECTION_FRAMING_ERROR, "SASL frame after SASL"));
-                        }
-                        Some(Ok(Inbound::Frame(Frame::Amqp(frame)))) => {
-                            if self.handle(frame)? {
-                                self.flush().await?;
-                                return Ok(());
-                            }
+                    if self.inbound(item)? {
+                        // The peer closed or went away: what we owe it goes out if it can.
+                        let _ = self.flush().await;
+                        return Ok(());
+                    }
+                    // Take the frames already read too, so one flush answers them all
+                    // (a disposition per transfer would otherwise be a write each).
+                    for _ in 0..256 {
+                        let Some(item) = self.framed.next().now_or_never() else { break };
+                        if self.inbound(item)? {
+                            let _ = self.flush().await;
+                            return Ok(());
                         }
                     }
                 }
@@ -415,6 +411,28 @@ where
             if !self.cx.out.is_empty() {
                 self.flush().await?;
             }
+        }
+    }
+
+    /// Takes one item from the peer. `Ok(true)` when the connection is over.
+    fn inbound(
+        &mut self,
+        item: Option<Result<Inbound, AmqpCodecError>>,
+    ) -> Result<bool, ConnError> {
+        self.last_read = Instant::now();
+        match item {
+            None => Ok(true),
+            Some(Err(e)) => Err(e.into()),
+            Some(Ok(Inbound::Heartbeat)) => Ok(false),
+            Some(Ok(Inbound::Header(_))) => Err(close_error(
+                condition::CONNECTION_FRAMING_ERROR,
+                "unexpected protocol header",
+            )),
+            Some(Ok(Inbound::Frame(Frame::Sasl(_)))) => Err(close_error(
+                condition::CONNECTION_FRAMING_ERROR,
+                "SASL frame after SASL",
+            )),
+            Some(Ok(Inbound::Frame(Frame::Amqp(frame)))) => self.handle(frame),
         }
     }
 

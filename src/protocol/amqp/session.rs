@@ -533,6 +533,13 @@ impl Session {
     }
 
     fn disposition_out(&mut self, cx: &mut Ctx, delivery_id: u32, state: DeliveryState) {
+        // Consecutive acceptances become one ranged disposition: a producer's window
+        // of transfers is answered with one frame, not one per message.
+        if matches!(state, DeliveryState::Accepted)
+            && extend_acceptance(&mut cx.out, self.channel, delivery_id)
+        {
+            return;
+        }
         cx.frame(
             self.channel,
             Disposition {
@@ -747,6 +754,30 @@ impl Session {
     }
 }
 
+/// Widens the last frame queued, when it accepts the delivery just before
+/// `delivery_id` on this channel, to cover `delivery_id` too.
+fn extend_acceptance(out: &mut [Frame], channel: u16, delivery_id: u32) -> bool {
+    let Some(Frame::Amqp(last)) = out.last_mut() else {
+        return false;
+    };
+    if last.channel != channel {
+        return false;
+    }
+    let Performative::Disposition(d) = &mut last.performative else {
+        return false;
+    };
+    let follows = d.last.unwrap_or(d.first).wrapping_add(1) == delivery_id;
+    if d.role == Role::Receiver
+        && d.settled
+        && matches!(d.state, Some(DeliveryState::Accepted))
+        && follows
+    {
+        d.last = Some(delivery_id);
+        return true;
+    }
+    false
+}
+
 /// Applies a peer's outcome for one delivery; returns the disk write of an acknowledgement.
 pub fn apply_outcome(
     queue: &Arc<Queue>,
@@ -840,5 +871,59 @@ fn send_transfer(
         if !more {
             return frames;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn accepted(channel: u16, first: u32) -> Frame {
+        Frame::Amqp(AmqpFrame {
+            channel,
+            performative: Performative::Disposition(Disposition {
+                role: Role::Receiver,
+                first,
+                last: None,
+                settled: true,
+                state: Some(DeliveryState::Accepted),
+                batchable: false,
+            }),
+            payload: Bytes::new(),
+        })
+    }
+
+    fn range(frame: &Frame) -> (u32, Option<u32>) {
+        match frame {
+            Frame::Amqp(AmqpFrame {
+                performative: Performative::Disposition(d),
+                ..
+            }) => (d.first, d.last),
+            other => panic!("not a disposition: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn consecutive_acceptances_widen_one_disposition() {
+        let mut out = vec![accepted(1, u32::MAX)];
+        assert!(extend_acceptance(&mut out, 1, 0), "serial numbers wrap");
+        assert!(extend_acceptance(&mut out, 1, 1));
+        assert_eq!(range(&out[0]), (u32::MAX, Some(1)));
+    }
+
+    #[test]
+    fn a_gap_another_channel_or_another_outcome_starts_a_new_frame() {
+        let mut out = vec![accepted(1, 5)];
+        assert!(!extend_acceptance(&mut out, 1, 7), "gap");
+        assert!(!extend_acceptance(&mut out, 2, 6), "other channel");
+        let Frame::Amqp(f) = &mut out[0] else {
+            unreachable!()
+        };
+        let Performative::Disposition(d) = &mut f.performative else {
+            unreachable!()
+        };
+        d.state = Some(DeliveryState::Released);
+        assert!(!extend_acceptance(&mut out, 1, 6), "other outcome");
+        assert!(!extend_acceptance(&mut [], 1, 6), "nothing queued");
     }
 }
