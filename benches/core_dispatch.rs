@@ -7,7 +7,7 @@
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::sync::Arc;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use weir::core::deliveries::{channel, Deliveries};
 use weir::core::settings::QueueSettings;
 use weir::core::{
     Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, RoutingType,
@@ -19,7 +19,7 @@ const CONSUMERS: usize = 4;
 
 struct Rig {
     broker: Broker,
-    receivers: Vec<UnboundedReceiver<Delivery>>,
+    receivers: Vec<Deliveries>,
     messages: Vec<Message>,
     _subscriptions: Vec<weir::core::Subscription>,
     _dir: tempfile::TempDir,
@@ -36,7 +36,7 @@ fn rig(groups: usize) -> Rig {
     let mut receivers = Vec::new();
     let mut subscriptions = Vec::new();
     for _ in 0..CONSUMERS {
-        let (tx, rx) = unbounded_channel();
+        let (tx, rx) = channel();
         subscriptions.push(
             broker
                 .subscribe(

@@ -69,7 +69,7 @@ fn main() {
             BrokerOptions::with_queue_settings(QueueSettings::default()),
         )
         .expect("broker");
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, mut rx) = weir::core::deliveries::channel();
         let subs: Vec<_> = (0..4)
             .map(|_| {
                 broker

@@ -3,7 +3,6 @@
 use super::message::Message;
 use super::queue::Queue;
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 /// Unique across the broker for the broker's lifetime.
 pub type ConsumerId = u64;
@@ -31,7 +30,7 @@ impl Delivery {
 
 /// Where deliveries for one connection go; one receiver per connection so a
 /// session waits on a single channel whatever its number of subscriptions.
-pub type DeliverySink = mpsc::UnboundedSender<Delivery>;
+pub use super::deliveries::{Deliveries, DeliverySink};
 
 /// How credit comes back to a consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

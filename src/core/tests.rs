@@ -1,10 +1,10 @@
 //! Core behaviour over a real store: dispatch, acks, grouping, redelivery, recovery.
 
 use super::*;
+use crate::core::deliveries::{self, Deliveries};
 use crate::core::settings::QueueSettings;
 use crate::store::{Store, StoreOptions};
 use std::sync::Arc;
-use tokio::sync::mpsc;
 
 fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
     let store = Store::open(dir, StoreOptions::default()).unwrap();
@@ -21,7 +21,7 @@ fn msg(address: &str, body: &str, group: Option<&str>) -> Message {
     }
 }
 
-fn drain(rx: &mut mpsc::UnboundedReceiver<Delivery>) -> Vec<Delivery> {
+fn drain(rx: &mut Deliveries) -> Vec<Delivery> {
     let mut out = Vec::new();
     while let Ok(d) = rx.try_recv() {
         out.push(d);
@@ -37,7 +37,7 @@ fn body(d: &Delivery) -> String {
 async fn anycast_shares_and_acks() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe("q", RoutingType::Anycast, window(1), tx.clone())
         .unwrap();
@@ -70,7 +70,7 @@ async fn anycast_shares_and_acks() {
 async fn groups_stick_and_move_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let opts = || ConsumerOptions {
         credit: CreditMode::Window(100),
         ..Default::default()
@@ -129,7 +129,7 @@ async fn groups_stick_and_move_in_order() {
 async fn busy_group_does_not_block_ungrouped() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let opts = || ConsumerOptions {
         credit: CreditMode::Window(1),
         ..Default::default()
@@ -167,7 +167,7 @@ async fn nack_redelivers_then_dead_letters() {
         ..Default::default()
     };
     let broker = open(dir.path(), settings);
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _s = broker
         .subscribe(
             "n",
@@ -210,7 +210,7 @@ async fn durable_messages_survive_reopen_and_deep_queue_pages() {
         assert!(stats.ready <= 10, "memory bounded: {stats:?}");
         assert_eq!(stats.ready + stats.paged, 100);
         // Before reopening, read back everything in order through paging.
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = deliveries::channel();
         let s = broker
             .subscribe("d", RoutingType::Anycast, window(5), tx)
             .unwrap();
@@ -229,7 +229,7 @@ async fn durable_messages_survive_reopen_and_deep_queue_pages() {
         drop(s);
     }
     let broker = open(dir.path(), settings);
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _s = broker
         .subscribe("d", RoutingType::Anycast, ConsumerOptions::default(), tx)
         .unwrap();
@@ -248,7 +248,7 @@ async fn durable_messages_survive_reopen_and_deep_queue_pages() {
 async fn topics_copy_to_every_subscriber() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe(
             "t",
@@ -289,7 +289,7 @@ async fn expired_messages_are_never_delivered() {
     broker
         .publish(msg("e", "new", None), RoutingType::Anycast)
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _s = broker
         .subscribe("e", RoutingType::Anycast, ConsumerOptions::default(), tx)
         .unwrap();
@@ -313,7 +313,7 @@ async fn rebalance_with_pause_never_splits_a_group() {
         ..Default::default()
     };
     let broker = open(dir.path(), settings);
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe("r", RoutingType::Anycast, window(100), tx.clone())
         .unwrap();
@@ -361,7 +361,7 @@ async fn rebalance_with_pause_never_splits_a_group() {
 async fn group_sequence_minus_one_releases_the_group() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe("c", RoutingType::Anycast, window(10), tx.clone())
         .unwrap();
@@ -396,7 +396,7 @@ async fn exclusive_queue_feeds_one_consumer() {
         ..Default::default()
     };
     let broker = open(dir.path(), settings);
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe("x", RoutingType::Anycast, window(100), tx.clone())
         .unwrap();
@@ -427,7 +427,7 @@ async fn consumers_before_dispatch_holds_messages() {
     broker
         .publish(msg("w", "1", None), RoutingType::Anycast)
         .unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _a = broker
         .subscribe("w", RoutingType::Anycast, window(10), tx.clone())
         .unwrap();
@@ -444,7 +444,7 @@ async fn durable_subscription_keeps_messages_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     {
         let broker = open(dir.path(), QueueSettings::default());
-        let (tx, _rx) = mpsc::unbounded_channel();
+        let (tx, _rx) = deliveries::channel();
         let sub = broker
             .subscribe_named("prices", "client1:sub", true, window(0), tx)
             .unwrap();
@@ -460,7 +460,7 @@ async fn durable_subscription_keeps_messages_across_reopen() {
         assert!(broker.has_durable_subscription("prices", "client1:sub"));
     }
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _sub = broker
         .subscribe_named("prices", "client1:sub", true, window(10), tx.clone())
         .unwrap();
@@ -480,7 +480,7 @@ async fn durable_subscription_keeps_messages_across_reopen() {
 async fn shared_volatile_subscription_and_temporary_queue() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe_named("t", "shared", false, window(10), tx.clone())
         .unwrap();
@@ -510,7 +510,7 @@ async fn shared_volatile_subscription_and_temporary_queue() {
 async fn undeliverable_here_goes_to_another_consumer() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let a = broker
         .subscribe("u", RoutingType::Anycast, window(10), tx.clone())
         .unwrap();
@@ -538,7 +538,7 @@ async fn undeliverable_here_goes_to_another_consumer() {
 async fn try_ack_acks_like_ack_when_the_queue_is_free() {
     let dir = tempfile::tempdir().unwrap();
     let broker = open(dir.path(), QueueSettings::default());
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = deliveries::channel();
     let _sub = broker
         .subscribe("t", RoutingType::Anycast, window(1), tx)
         .unwrap();

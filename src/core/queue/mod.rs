@@ -128,6 +128,20 @@ struct AfterUnlock {
     retry_page_in: bool,
     /// Dispatch again at this time (delay_before_dispatch).
     dispatch_at: Option<std::time::Instant>,
+    /// Connections given their first delivery in a while: woken once the lock is
+    /// released, so nobody waits for the wake-up syscall. Most dispatches wake one.
+    wake_first: Option<DeliverySink>,
+    wake_more: Vec<DeliverySink>,
+}
+
+impl AfterUnlock {
+    fn wake(&mut self, sink: &DeliverySink) {
+        if self.wake_first.is_none() {
+            self.wake_first = Some(sink.clone());
+        } else {
+            self.wake_more.push(sink.clone());
+        }
+    }
 }
 
 impl Queue {
@@ -635,7 +649,7 @@ impl Queue {
     }
 
     fn dispatch(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
-        self.feed_browsers(st);
+        self.feed_browsers(st, after);
         let ready_target = self.settings.max_memory_messages / 2;
         if st.backlog.count > 0 && st.ready.len() <= ready_target {
             self.page_in(st, after);
@@ -714,7 +728,15 @@ impl Queue {
                 delivery_count: entry.delivery_count,
                 group_first,
             };
-            let sent = slot.sink.send(delivery).is_ok();
+            let sent = match slot.sink.push(delivery) {
+                Ok(wake) => {
+                    if wake {
+                        after.wake(&slot.sink);
+                    }
+                    true
+                }
+                Err(_) => false,
+            };
             st.next_rr = index + 1;
             if sent {
                 st.in_flight.insert(entry.seq, InFlight { consumer, entry });
@@ -779,7 +801,7 @@ impl Queue {
             .find(|&i| eligible(i) && st.consumers[i].priority == top)
     }
 
-    fn feed_browsers(self: &Arc<Self>, st: &mut State) {
+    fn feed_browsers(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
         for slot in st.consumers.iter_mut() {
             let Some(pending) = slot.browse.as_mut() else {
                 continue;
@@ -796,7 +818,7 @@ impl Queue {
                     continue;
                 }
                 slot.credit -= 1;
-                let _ = slot.sink.send(Delivery {
+                let pushed = slot.sink.push(Delivery {
                     consumer: slot.id,
                     queue: self.clone(),
                     seq: entry.seq,
@@ -804,6 +826,9 @@ impl Queue {
                     delivery_count: entry.delivery_count + 1,
                     group_first: false,
                 });
+                if matches!(pushed, Ok(true)) {
+                    after.wake(&slot.sink);
+                }
             }
         }
     }
@@ -861,6 +886,12 @@ impl Queue {
     }
 
     fn finish(self: &Arc<Self>, after: AfterUnlock) {
+        if let Some(sink) = &after.wake_first {
+            sink.wake();
+            for sink in &after.wake_more {
+                sink.wake();
+            }
+        }
         if let Some(at) = after.dispatch_at {
             let me = self.clone();
             if let Ok(handle) = tokio::runtime::Handle::try_current() {

@@ -2,11 +2,11 @@
 //! window, auditor operations, restart recovery.
 
 use super::*;
+use crate::core::deliveries::{self, Deliveries};
 use crate::core::settings::QueueSettings;
 use crate::core::{BrokerOptions, ConsumerOptions, Delivery, RoutingType};
 use crate::store::StoreOptions;
 use std::collections::HashSet;
-use tokio::sync::mpsc;
 
 fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
     open_with(
@@ -45,8 +45,8 @@ fn delayed(body: &str, due_ms: u64, durable: bool) -> Message {
     }
 }
 
-fn consume(broker: &Broker) -> (crate::core::Subscription, mpsc::UnboundedReceiver<Delivery>) {
-    let (tx, rx) = mpsc::unbounded_channel();
+fn consume(broker: &Broker) -> (crate::core::Subscription, Deliveries) {
+    let (tx, rx) = deliveries::channel();
     let sub = broker
         .subscribe(
             "q",
@@ -62,7 +62,7 @@ fn consume(broker: &Broker) -> (crate::core::Subscription, mpsc::UnboundedReceiv
 }
 
 /// Receives `n` deliveries (or fewer on timeout), noting when each arrived.
-async fn receive(rx: &mut mpsc::UnboundedReceiver<Delivery>, n: usize) -> Vec<(Delivery, u64)> {
+async fn receive(rx: &mut Deliveries, n: usize) -> Vec<(Delivery, u64)> {
     let mut out = Vec::new();
     while out.len() < n {
         match tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
@@ -194,7 +194,7 @@ where
             return;
         }
     }
-    let (sink, deliveries) = mpsc::unbounded_channel();
+    let (sink, deliveries) = crate::core::deliveries::channel();
     let mut conn = Connection {
         framed,
         cx: Ctx {
@@ -241,7 +241,7 @@ where
 struct Connection<S> {
     framed: Framed<S, AmqpFrameCodec>,
     cx: Ctx,
-    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    deliveries: crate::core::deliveries::Deliveries,
     /// By the peer's channel number (ours is the same).
     sessions: HashMap<u16, Session>,
     claim: Option<ContainerClaim>,

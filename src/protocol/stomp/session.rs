@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
 
@@ -106,8 +106,8 @@ struct Session<S> {
     broker: Broker,
     options: StompOptions,
     framed: Framed<S, StompCodec>,
-    deliveries_tx: mpsc::UnboundedSender<Delivery>,
-    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    deliveries_tx: crate::core::deliveries::DeliverySink,
+    deliveries: crate::core::deliveries::Deliveries,
     subs: HashMap<String, Sub>,
     sub_of_consumer: HashMap<ConsumerId, String>,
     transactions: HashMap<String, Vec<TxOp>>,
@@ -152,7 +152,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let framed = Framed::with_capacity(io, StompCodec::new(options.limits), 64 * 1024);
-    let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
+    let (deliveries_tx, deliveries) = crate::core::deliveries::channel();
     let now = Instant::now();
     let mut session = Session {
         broker,

@@ -1,0 +1,196 @@
+//! The channel from queues to one protocol connection.
+//!
+//! A queue hands out messages while it holds its lock, and the order it hands
+//! them out in is the order a consumer must see (group order). Waking the
+//! connection's task is the expensive part — it may unpark a worker thread, a
+//! syscall — and doing it under the queue lock makes every publisher and ack
+//! wait for it. So the channel splits the two: [`DeliverySink::push`] only
+//! appends (under the queue lock, keeping the order), and says whether the
+//! receiver must be woken; the queue calls [`DeliverySink::wake`] after it has
+//! unlocked. A receiver takes everything queued at once.
+
+use super::consumer::Delivery;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::Notify;
+
+/// A new channel: the sink goes to queues (cloned per consumer), the receiver
+/// stays with the connection.
+pub fn channel<T>() -> (DeliverySink<T>, Deliveries<T>) {
+    let shared = Arc::new(Shared {
+        queued: Mutex::new(VecDeque::new()),
+        notify: Notify::new(),
+        closed: AtomicBool::new(false),
+    });
+    (
+        DeliverySink {
+            shared: shared.clone(),
+        },
+        Deliveries {
+            shared,
+            taken: VecDeque::new(),
+        },
+    )
+}
+
+#[derive(Debug)]
+struct Shared<T> {
+    queued: Mutex<VecDeque<T>>,
+    notify: Notify,
+    /// The receiver is gone: pushes fail, so the queue keeps the message.
+    closed: AtomicBool,
+}
+
+impl<T> Shared<T> {
+    fn queued(&self) -> MutexGuard<'_, VecDeque<T>> {
+        // A panic while pushing or swapping leaves the deque whole.
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where deliveries for one connection go.
+#[derive(Debug)]
+pub struct DeliverySink<T = Delivery> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T> Clone for DeliverySink<T> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The receiver went away; the delivery comes back.
+#[derive(Debug)]
+pub struct Closed<T = Delivery>(pub T);
+
+impl<T> DeliverySink<T> {
+    /// Appends without waking the receiver. `Ok(true)` when the receiver may be
+    /// waiting for this one: call [`wake`](Self::wake) (after unlocking).
+    pub fn push(&self, delivery: T) -> Result<bool, Closed<T>> {
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(Closed(delivery));
+        }
+        let mut queued = self.shared.queued();
+        let was_empty = queued.is_empty();
+        queued.push_back(delivery);
+        Ok(was_empty)
+    }
+
+    pub fn wake(&self) {
+        self.shared.notify.notify_one();
+    }
+
+    /// Appends and wakes: for callers that hold no queue lock.
+    pub fn send(&self, delivery: T) -> Result<(), Closed<T>> {
+        if self.push(delivery)? {
+            self.wake();
+        }
+        Ok(())
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+}
+
+/// The connection's end: deliveries in the order queues pushed them.
+#[derive(Debug)]
+pub struct Deliveries<T = Delivery> {
+    shared: Arc<Shared<T>>,
+    /// Taken from `shared` in one swap, handed out one by one without locking.
+    taken: VecDeque<T>,
+}
+
+/// Nothing queued right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Empty;
+
+impl<T> Deliveries<T> {
+    /// The next delivery, waiting for one. Cancel safe: nothing is taken
+    /// unless it is returned.
+    pub async fn recv(&mut self) -> Option<T> {
+        loop {
+            if let Ok(d) = self.try_recv() {
+                return Some(d);
+            }
+            self.shared.notify.notified().await;
+        }
+    }
+
+    pub fn try_recv(&mut self) -> Result<T, Empty> {
+        if self.taken.is_empty() {
+            // Swap, not drain: both deques keep their capacity.
+            std::mem::swap(&mut self.taken, &mut *self.shared.queued());
+        }
+        self.taken.pop_front().ok_or(Empty)
+    }
+}
+
+impl<T> Drop for Deliveries<T> {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn order_is_push_order_and_only_the_first_push_asks_for_a_wake() {
+        let (sink, mut rx) = channel::<u32>();
+        assert!(matches!(sink.push(1), Ok(true)));
+        assert!(
+            matches!(sink.push(2), Ok(false)),
+            "the receiver is already due a wake"
+        );
+        assert_eq!(rx.try_recv(), Ok(1));
+        // The receiver took both in one swap: a wake now is at worst spurious.
+        assert!(matches!(sink.push(3), Ok(true)));
+        assert_eq!(rx.try_recv(), Ok(2));
+        assert_eq!(rx.try_recv(), Ok(3));
+        assert_eq!(rx.try_recv(), Err(Empty));
+        assert!(matches!(sink.push(4), Ok(true)), "empty again: wake");
+    }
+
+    #[tokio::test]
+    async fn a_wake_after_the_push_reaches_a_waiting_receiver() {
+        let (sink, mut rx) = channel::<u32>();
+        let waiter = tokio::spawn(async move { rx.recv().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(matches!(sink.push(7), Ok(true)));
+        sink.wake();
+        let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
+        assert!(matches!(got, Ok(Ok(Some(7)))), "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn a_wake_before_the_receiver_waits_is_not_lost() {
+        let (sink, mut rx) = channel::<u32>();
+        sink.send(1).unwrap_or_else(|_| panic!("open"));
+        let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
+        assert_eq!(got, Ok(Some(1)));
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_recv_takes_nothing() {
+        let (sink, mut rx) = channel::<u32>();
+        let timed_out = tokio::time::timeout(Duration::from_millis(10), rx.recv()).await;
+        assert!(timed_out.is_err());
+        sink.send(5).unwrap_or_else(|_| panic!("open"));
+        assert_eq!(rx.try_recv(), Ok(5));
+    }
+
+    #[test]
+    fn pushes_after_the_receiver_is_gone_come_back() {
+        let (sink, rx) = channel::<u32>();
+        drop(rx);
+        assert!(sink.is_closed());
+        assert!(matches!(sink.push(9), Err(Closed(9))));
+    }
+}
