@@ -345,6 +345,12 @@ mod tests {
             .unwrap();
         let got = store.scan_messages(1, 0, 10).unwrap();
         assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4]);
+        // A batch that cancels out entirely is not written, and still completes.
+        store
+            .submit_all(vec![put(5), Op::DeleteMessage { key: key(5) }])
+            .wait()
+            .await
+            .unwrap();
         drop(store);
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         let got = store.scan_messages(1, 0, 10).unwrap();

@@ -146,13 +146,19 @@ impl Writer {
                 };
                 self.add(&mut ops, next, &mut pending, &mut count);
             }
-            let batch = self.build(&mut ops);
-            let mut options = WriteOptions::default();
-            options.set_sync(self.policy != FsyncPolicy::Never);
-            let result = self.db.write_opt(batch, &options).map_err(|e| {
-                tracing::error!(error = %e, "store write failed");
-                Arc::new(StoreError::Rocks(e))
-            });
+            // Nothing left (every message of the batch already consumed): no
+            // write and no fsync, there is nothing whose loss a crash could cause.
+            let result = match self.build(&mut ops) {
+                None => Ok(()),
+                Some(batch) => {
+                    let mut options = WriteOptions::default();
+                    options.set_sync(self.policy != FsyncPolicy::Never);
+                    self.db.write_opt(batch, &options).map_err(|e| {
+                        tracing::error!(error = %e, "store write failed");
+                        Arc::new(StoreError::Rocks(e))
+                    })
+                }
+            };
             for done in pending.drain(..) {
                 let _ = done.send(result.clone());
             }
@@ -181,30 +187,40 @@ impl Writer {
         }
     }
 
-    /// One WriteBatch for the gathered ops, in order. A message stored and
-    /// then acknowledged within the same batch (a consumer that keeps up) is
-    /// not written at all: its put is dropped and only the delete is kept, so
-    /// RocksDB never holds the record, while a record from an earlier batch
-    /// (or an earlier run) is still deleted. This halves the writer's work on
-    /// persistent messages that are consumed at once.
-    fn build(&self, ops: &mut Vec<Op>) -> WriteBatch {
-        let mut deleted_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
+    /// One WriteBatch for the gathered ops, in order; `None` when nothing is
+    /// left to write. A message stored and then acknowledged within the same
+    /// batch (a consumer that keeps up) is not written at all: neither its put
+    /// nor its delete reaches RocksDB. Dropping the delete is safe because a
+    /// message key is put once only (sequences are never reused while a record
+    /// with that key exists), so nothing older under that key can be on disk.
+    /// A delete of a record from an earlier batch (or run) is kept.
+    fn build(&self, ops: &mut Vec<Op>) -> Option<WriteBatch> {
+        let mut put_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
             HashMap::default();
+        let mut elided = vec![false; ops.len()];
         for (i, op) in ops.iter().enumerate() {
-            if let Op::DeleteMessage { key } = op {
-                deleted_at.insert(*key, i);
+            match op {
+                Op::PutMessage { key, .. } => {
+                    put_at.insert(*key, i);
+                }
+                Op::DeleteMessage { key } => {
+                    if let Some(put) = put_at.remove(key) {
+                        elided[put] = true;
+                        elided[i] = true;
+                    }
+                }
+                _ => {}
             }
         }
         let mut batch = WriteBatch::default();
-        for (i, op) in ops.drain(..).enumerate() {
-            if let Op::PutMessage { key, .. } = &op {
-                if deleted_at.get(key).is_some_and(|&at| at > i) {
-                    continue;
-                }
+        let mut any = false;
+        for (op, elided) in ops.drain(..).zip(elided) {
+            if !elided {
+                self.apply(&mut batch, op);
+                any = true;
             }
-            self.apply(&mut batch, op);
         }
-        batch
+        any.then_some(batch)
     }
 
     fn apply(&self, batch: &mut WriteBatch, op: Op) {
