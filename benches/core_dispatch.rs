@@ -10,7 +10,7 @@ use std::sync::Arc;
 use weir::core::deliveries::{channel, Deliveries};
 use weir::core::settings::QueueSettings;
 use weir::core::{
-    Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, RoutingType,
+    Broker, BrokerOptions, ConsumerOptions, CreditMode, Message, RoutingType,
 };
 use weir::store::{Store, StoreOptions};
 
