@@ -70,14 +70,16 @@ impl Store {
         db_options.create_if_missing(true);
         db_options.create_missing_column_families(true);
         db_options.set_max_background_jobs(2);
-        // Queue data is written once and deleted soon after: keep memtables
-        // big enough that most messages die before they are flushed.
-        db_options.set_write_buffer_size(64 << 20);
+        // Queue data is written once and deleted soon after. Messages consumed
+        // at once never reach the memtable (the writer drops put + delete pairs),
+        // so 16 MiB still lets most written ones die before a flush, and keeps
+        // the broker's resident memory after a persistent burst low.
+        db_options.set_write_buffer_size(16 << 20);
         // Bound what RocksDB holds in memory however much is stored: one budget
         // for every memtable, old WALs flushed away instead of pinning
         // memtables of quiet column families, and index and filter blocks kept
         // in a fixed-size block cache instead of growing with the data.
-        db_options.set_db_write_buffer_size(192 << 20);
+        db_options.set_db_write_buffer_size(48 << 20);
         db_options.set_max_total_wal_size(256 << 20);
         let cache = rocksdb::Cache::new_lru_cache(64 << 20)?;
         let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
@@ -88,7 +90,7 @@ impl Store {
                 table.set_cache_index_and_filter_blocks(true);
                 table.set_pin_l0_filter_and_index_blocks_in_cache(true);
                 let mut cf = Options::default();
-                cf.set_write_buffer_size(64 << 20);
+                cf.set_write_buffer_size(16 << 20);
                 cf.set_block_based_table_factory(&table);
                 ColumnFamilyDescriptor::new(name, cf)
             });
