@@ -9,9 +9,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use std::sync::Arc;
 use weir::core::deliveries::{channel, Deliveries};
 use weir::core::settings::QueueSettings;
-use weir::core::{
-    Broker, BrokerOptions, ConsumerOptions, CreditMode, Message, RoutingType,
-};
+use weir::core::{Broker, BrokerOptions, ConsumerOptions, CreditMode, Message, RoutingType};
 use weir::store::{Store, StoreOptions};
 
 const BATCH: usize = 1_000;

@@ -6,8 +6,9 @@
 //! syscall — and doing it under the queue lock makes every publisher and ack
 //! wait for it. So the channel splits the two: [`DeliverySink::push`] only
 //! appends (under the queue lock, keeping the order), and says whether the
-//! receiver must be woken; the queue calls [`DeliverySink::wake`] after it has
-//! unlocked. A receiver takes everything queued at once.
+//! receiver must be woken — only when it is waiting, as a busy connection
+//! finds the message anyway; the queue calls [`DeliverySink::wake`] after it
+//! has unlocked. A receiver takes everything queued at once.
 
 use super::consumer::Delivery;
 use std::collections::VecDeque;
@@ -19,7 +20,10 @@ use tokio::sync::Notify;
 /// stays with the connection.
 pub fn channel<T>() -> (DeliverySink<T>, Deliveries<T>) {
     let shared = Arc::new(Shared {
-        queued: Mutex::new(VecDeque::new()),
+        queued: Mutex::new(Queued {
+            items: VecDeque::new(),
+            waiting: false,
+        }),
         notify: Notify::new(),
         closed: AtomicBool::new(false),
     });
@@ -36,14 +40,21 @@ pub fn channel<T>() -> (DeliverySink<T>, Deliveries<T>) {
 
 #[derive(Debug)]
 struct Shared<T> {
-    queued: Mutex<VecDeque<T>>,
+    queued: Mutex<Queued<T>>,
     notify: Notify,
     /// The receiver is gone: pushes fail, so the queue keeps the message.
     closed: AtomicBool,
 }
 
+#[derive(Debug)]
+struct Queued<T> {
+    items: VecDeque<T>,
+    /// The receiver found nothing and is about to sleep: the next push wakes it.
+    waiting: bool,
+}
+
 impl<T> Shared<T> {
-    fn queued(&self) -> MutexGuard<'_, VecDeque<T>> {
+    fn queued(&self) -> MutexGuard<'_, Queued<T>> {
         // A panic while pushing or swapping leaves the deque whole.
         self.queued.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -75,9 +86,8 @@ impl<T> DeliverySink<T> {
             return Err(Closed(delivery));
         }
         let mut queued = self.shared.queued();
-        let was_empty = queued.is_empty();
-        queued.push_back(delivery);
-        Ok(was_empty)
+        queued.items.push_back(delivery);
+        Ok(std::mem::take(&mut queued.waiting))
     }
 
     pub fn wake(&self) {
@@ -117,6 +127,15 @@ impl<T> Deliveries<T> {
             if let Ok(d) = self.try_recv() {
                 return Some(d);
             }
+            {
+                // Checked and flagged under one lock: a push either comes
+                // before (and is found) or sees the flag (and wakes us).
+                let mut queued = self.shared.queued();
+                if !queued.items.is_empty() {
+                    continue;
+                }
+                queued.waiting = true;
+            }
             self.shared.notify.notified().await;
         }
     }
@@ -124,7 +143,7 @@ impl<T> Deliveries<T> {
     pub fn try_recv(&mut self) -> Result<T, Empty> {
         if self.taken.is_empty() {
             // Swap, not drain: both deques keep their capacity.
-            std::mem::swap(&mut self.taken, &mut *self.shared.queued());
+            std::mem::swap(&mut self.taken, &mut self.shared.queued().items);
         }
         self.taken.pop_front().ok_or(Empty)
     }
@@ -142,31 +161,34 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn order_is_push_order_and_only_the_first_push_asks_for_a_wake() {
+    fn order_is_push_order_and_a_busy_receiver_is_not_woken() {
         let (sink, mut rx) = channel::<u32>();
-        assert!(matches!(sink.push(1), Ok(true)));
-        assert!(
-            matches!(sink.push(2), Ok(false)),
-            "the receiver is already due a wake"
-        );
+        assert!(matches!(sink.push(1), Ok(false)));
+        assert!(matches!(sink.push(2), Ok(false)));
         assert_eq!(rx.try_recv(), Ok(1));
-        // The receiver took both in one swap: a wake now is at worst spurious.
-        assert!(matches!(sink.push(3), Ok(true)));
+        assert!(matches!(sink.push(3), Ok(false)));
         assert_eq!(rx.try_recv(), Ok(2));
         assert_eq!(rx.try_recv(), Ok(3));
         assert_eq!(rx.try_recv(), Err(Empty));
-        assert!(matches!(sink.push(4), Ok(true)), "empty again: wake");
     }
 
     #[tokio::test]
-    async fn a_wake_after_the_push_reaches_a_waiting_receiver() {
+    async fn a_waiting_receiver_is_woken_once() {
         let (sink, mut rx) = channel::<u32>();
-        let waiter = tokio::spawn(async move { rx.recv().await });
+        let waiter = tokio::spawn(async move {
+            let first = rx.recv().await;
+            (first, rx)
+        });
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(matches!(sink.push(7), Ok(true)));
+        assert!(matches!(sink.push(7), Ok(true)), "the receiver waits");
+        assert!(matches!(sink.push(8), Ok(false)), "already being woken");
         sink.wake();
         let got = tokio::time::timeout(Duration::from_secs(5), waiter).await;
-        assert!(matches!(got, Ok(Ok(Some(7)))), "{got:?}");
+        let Ok(Ok((first, mut rx))) = got else {
+            panic!("{got:?}")
+        };
+        assert_eq!(first, Some(7));
+        assert_eq!(rx.try_recv(), Ok(8));
     }
 
     #[tokio::test]

@@ -128,7 +128,7 @@ struct AfterUnlock {
     retry_page_in: bool,
     /// Dispatch again at this time (delay_before_dispatch).
     dispatch_at: Option<std::time::Instant>,
-    /// Connections given their first delivery in a while: woken once the lock is
+    /// Connections that were waiting for a delivery: woken once the lock is
     /// released, so nobody waits for the wake-up syscall. Most dispatches wake one.
     wake_first: Option<DeliverySink>,
     wake_more: Vec<DeliverySink>,
@@ -687,8 +687,8 @@ impl Queue {
                 continue;
             };
             let owner = match &pick {
-                Pick::Lane(lane) => st.groups.owner(lane),
-                Pick::Ungrouped(_) => None,
+                Pick::Lane(_, true) => Some(consumer),
+                Pick::Lane(_, false) | Pick::Ungrouped(_) => None,
             };
             let Some(mut entry) = st.ready.take(&pick, owner) else {
                 starved[index] = true;

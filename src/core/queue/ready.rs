@@ -38,7 +38,9 @@ fn key_of(entry: &Entry) -> Key {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pick {
     Ungrouped(Key),
-    Lane(Arc<str>),
+    /// A group's head; `true` when the picking consumer owns the group, `false`
+    /// when the group is unbound — so dispatch need not look the owner up.
+    Lane(Arc<str>, bool),
 }
 
 #[derive(Debug, Default)]
@@ -77,9 +79,10 @@ impl ReadySet {
             self.ungrouped.insert(key_of(&entry), entry);
             return;
         };
-        let old_head = self.lane_head_key(&lane);
         let new_key = key_of(&entry);
+        // One lookup of the lane per message: a hot path with many groups.
         let entries = self.lanes.entry(lane.clone()).or_default();
+        let old_head = entries.front().map(key_of);
         match entries.back() {
             Some(last) if last.seq > entry.seq => {
                 let at = entries.partition_point(|e| e.seq < entry.seq);
@@ -107,12 +110,12 @@ impl ReadySet {
             .unbound_heads
             .iter()
             .next()
-            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+            .map(|(k, lane)| (*k, Pick::Lane(lane.clone(), false)));
         let owned = self
             .owned_heads
             .get(&consumer)
             .and_then(|heads| heads.iter().next())
-            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+            .map(|(k, lane)| (*k, Pick::Lane(lane.clone(), true)));
         [ungrouped, unbound, owned]
             .into_iter()
             .flatten()
@@ -130,13 +133,20 @@ impl ReadySet {
         let lane_heads = self
             .unbound_heads
             .iter()
-            .chain(self.owned_heads.get(&consumer).into_iter().flatten())
-            .filter(|(_, lane)| {
+            .map(|head| (head, false))
+            .chain(
+                self.owned_heads
+                    .get(&consumer)
+                    .into_iter()
+                    .flatten()
+                    .map(|head| (head, true)),
+            )
+            .filter(|((_, lane), _)| {
                 self.lane_head(lane)
                     .is_some_and(|entry| filter.matches(&entry.message))
             })
-            .min_by_key(|(k, _)| *k)
-            .map(|(k, lane)| (*k, Pick::Lane(lane.clone())));
+            .min_by_key(|((k, _), _)| *k)
+            .map(|((k, lane), owned)| (*k, Pick::Lane(lane.clone(), owned)));
         [ungrouped, lane_heads]
             .into_iter()
             .flatten()
@@ -156,18 +166,17 @@ impl ReadySet {
     pub fn take(&mut self, pick: &Pick, owner: Option<ConsumerId>) -> Option<Entry> {
         let entry = match pick {
             Pick::Ungrouped(key) => self.ungrouped.remove(key)?,
-            Pick::Lane(lane) => {
-                let head_key = self.lane_head_key(lane)?;
-                self.heads_mut(owner).remove(&(head_key, lane.clone()));
+            Pick::Lane(lane, _) => {
                 let entries = self.lanes.get_mut(lane)?;
                 let entry = entries.pop_front()?;
-                match entries.front().map(key_of) {
-                    Some(next) => {
-                        self.heads_mut(owner).insert((next, lane.clone()));
-                    }
-                    None => {
-                        self.lanes.remove(lane);
-                    }
+                let next = entries.front().map(key_of);
+                if next.is_none() {
+                    self.lanes.remove(lane);
+                }
+                let heads = self.heads_mut(owner);
+                heads.remove(&(key_of(&entry), lane.clone()));
+                if let Some(next) = next {
+                    heads.insert((next, lane.clone()));
                 }
                 entry
             }
@@ -244,8 +253,8 @@ mod tests {
         r.push(entry(2, Some("g"), 4), Some(1));
         r.push(entry(3, None, 4), None);
         assert_eq!(r.pick_for(2), Some(Pick::Ungrouped((5, 3))));
-        assert_eq!(r.pick_for(1), Some(Pick::Lane(Arc::from("g"))));
-        let e = r.take(&Pick::Lane(Arc::from("g")), Some(1)).unwrap();
+        assert_eq!(r.pick_for(1), Some(Pick::Lane(Arc::from("g"), true)));
+        let e = r.take(&Pick::Lane(Arc::from("g"), true), Some(1)).unwrap();
         assert_eq!(e.seq, 1);
         assert_eq!(r.lane_head("g").map(|e| e.seq), Some(2));
         assert_eq!(r.len(), 2);
@@ -280,9 +289,9 @@ mod tests {
         r.push(entry(1, Some("g"), 4), Some(1));
         assert!(r.pick_for(2).is_none());
         r.rebind(&g, Some(1), None);
-        assert_eq!(r.pick_for(2), Some(Pick::Lane(g.clone())));
+        assert_eq!(r.pick_for(2), Some(Pick::Lane(g.clone(), false)));
         r.rebind(&g, None, Some(2));
         assert!(r.pick_for(1).is_none());
-        assert_eq!(r.pick_for(2), Some(Pick::Lane(g)));
+        assert_eq!(r.pick_for(2), Some(Pick::Lane(g, true)));
     }
 }
