@@ -10,6 +10,7 @@ pub mod factory;
 pub(crate) mod fast_map;
 pub mod grouping;
 pub mod message;
+pub mod names;
 pub mod persist;
 pub mod queue;
 pub mod schedule;

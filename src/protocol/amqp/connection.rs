@@ -133,6 +133,8 @@ pub struct Ctx {
     pub drains_pending: bool,
     /// Acks of pre-settled deliveries waiting for a free queue.
     pub pending_acks: PendingAcks,
+    /// Property names seen last, shared between messages.
+    pub names: crate::core::names::Names,
     next_generation: u64,
 }
 
@@ -209,6 +211,7 @@ where
             remote_max_frame: u32::MAX,
             drains_pending: false,
             pending_acks: PendingAcks::default(),
+            names: crate::core::names::Names::default(),
             next_generation: 0,
             options,
         },

@@ -25,6 +25,7 @@
 use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
 use super::types::{Map, Str, Symbol, Value as AmqpValue};
 use crate::core::message::{Message, Value, WireForm};
+use crate::core::names::Names;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 
@@ -212,7 +213,12 @@ fn body_bytes(view: &MessageView) -> Bytes {
 
 /// Builds the core message for a transfer's payload. `address` is where the link (or the
 /// message's `to`, for the anonymous relay) sends it.
-pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Message, ConvertError> {
+pub fn inbound(
+    view: &MessageView,
+    address: Arc<str>,
+    now: u64,
+    names: &mut Names,
+) -> Result<Message, ConvertError> {
     let mut m = Message {
         body: body_bytes(view),
         address,
@@ -258,7 +264,7 @@ pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Messag
                 }
                 continue;
             }
-            m.properties.push((Arc::from(name), value));
+            m.properties.push((names.get(name), value));
         }
     }
     m.due_at = due_at(view, now)?;
@@ -435,7 +441,7 @@ mod tests {
     #[test]
     fn inbound_maps_fields() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(61_000));
@@ -460,7 +466,7 @@ mod tests {
     #[test]
     fn outbound_keeps_the_bare_message_and_rewrites_the_header() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
         let mut buf = BytesMut::new();
         outbound(&m, 3, 2000, None, &mut buf);
         let out = MessageView::parse(buf.freeze()).unwrap();
@@ -479,14 +485,14 @@ mod tests {
             AmqpValue::Long(-5),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0, &mut Names::default()).is_err());
         msg.message_annotations = None;
         msg.application_properties = Some(vec![(
             AmqpValue::string("x-delay"),
             AmqpValue::string("soon"),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0, &mut Names::default()).is_err());
     }
 
     #[test]
@@ -498,7 +504,9 @@ mod tests {
         ]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert_eq!(
-            inbound(&view, Arc::from("q"), 0).unwrap().due_at,
+            inbound(&view, Arc::from("q"), 0, &mut Names::default())
+                .unwrap()
+                .due_at,
             Some(9999)
         );
     }

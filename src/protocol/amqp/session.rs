@@ -590,7 +590,7 @@ impl Session {
                 (node.name, Dest::Routed(node.routing))
             }
         };
-        let mut message = match convert::inbound(&view, address, now_ms()) {
+        let mut message = match convert::inbound(&view, address, now_ms(), &mut cx.names) {
             Ok(m) => m,
             Err(e) => return Some(rejected(condition::INVALID_FIELD, &e.to_string())),
         };

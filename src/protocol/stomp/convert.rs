@@ -3,6 +3,7 @@
 
 use super::frame::{Frame, HeaderText};
 use crate::core::message::{now_ms, Message, Value};
+use crate::core::names::Names;
 use crate::core::RoutingType;
 use std::sync::Arc;
 
@@ -93,10 +94,11 @@ pub fn message_from_send(
     frame: &Frame,
     dest: &Destination,
     now: u64,
+    names: &mut Names,
 ) -> Result<Message, ConvertError> {
     let mut message = Message {
         body: frame.body.clone(),
-        address: Arc::from(dest.name.as_str()),
+        address: names.get(&dest.name),
         timestamp: now,
         priority: Message::DEFAULT_PRIORITY,
         ..Default::default()
@@ -116,7 +118,7 @@ pub fn message_from_send(
         {
             continue;
         }
-        properties.push((Arc::from(name), Value::String(Arc::from(value))));
+        properties.push((names.get(name), Value::String(Arc::from(value))));
     }
     message.properties = properties;
     message.durable = known
@@ -376,7 +378,7 @@ mod tests {
             ("color", "red"),
             ("color", "blue"),
         ]);
-        let m = message_from_send(&f, &dest, 5000).unwrap();
+        let m = message_from_send(&f, &dest, 5000, &mut Names::default()).unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(6000));
@@ -390,7 +392,8 @@ mod tests {
     fn delay_forms() {
         let dest = parse_destination("q").unwrap();
         let due = |h: &'static str, v: &'static str| {
-            message_from_send(&send(&[(h, v)]), &dest, 1000).map(|m| m.due_at)
+            message_from_send(&send(&[(h, v)]), &dest, 1000, &mut Names::default())
+                .map(|m| m.due_at)
         };
         assert_eq!(due("AMQ_SCHEDULED_DELAY", "500"), Ok(Some(1500)));
         assert_eq!(due("x-delay", "500"), Ok(Some(1500)));
@@ -404,7 +407,9 @@ mod tests {
         // Absolute beats relative.
         let both = send(&[("AMQ_SCHEDULED_DELAY", "1"), ("AMQ_SCHEDULED_TIME", "7777")]);
         assert_eq!(
-            message_from_send(&both, &dest, 1000).unwrap().due_at,
+            message_from_send(&both, &dest, 1000, &mut Names::default())
+                .unwrap()
+                .due_at,
             Some(7777)
         );
     }

@@ -107,6 +107,8 @@ struct Session<S> {
     options: StompOptions,
     framed: Framed<S, StompCodec>,
     deliveries_tx: crate::core::deliveries::DeliverySink,
+    /// Property names and destinations seen last, shared between messages.
+    names: crate::core::names::Names,
     deliveries: crate::core::deliveries::Deliveries,
     subs: HashMap<String, Sub>,
     sub_of_consumer: HashMap<ConsumerId, String>,
@@ -159,6 +161,7 @@ where
         options,
         framed,
         deliveries_tx,
+        names: crate::core::names::Names::default(),
         deliveries,
         subs: HashMap::new(),
         sub_of_consumer: HashMap::new(),
@@ -475,7 +478,8 @@ where
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
         let dest = convert::parse_destination(required(frame, "destination")?)?;
-        let mut message = convert::message_from_send(frame, &dest, convert::now())?;
+        let mut message =
+            convert::message_from_send(frame, &dest, convert::now(), &mut self.names)?;
         self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
             return self.in_transaction(tx, TxOp::Send(Box::new(message), dest.routing), receipt);
