@@ -321,6 +321,48 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn runs_of_deletes_remove_exactly_their_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let key = |seq| MessageKey { queue: 1, seq };
+        let put = |seq: u64| Op::PutMessage {
+            key: key(seq),
+            record: Bytes::from(vec![seq as u8]),
+        };
+        store
+            .submit_all((1..=100).map(put).collect())
+            .wait()
+            .await
+            .unwrap();
+        // Another queue's neighbouring keys must survive a run in queue 1.
+        store
+            .submit(Op::PutMessage {
+                key: MessageKey { queue: 2, seq: 30 },
+                record: Bytes::from_static(b"x"),
+            })
+            .wait()
+            .await
+            .unwrap();
+        let mut ops: Vec<Op> = (10..=60)
+            .rev()
+            .map(|s| Op::DeleteMessage { key: key(s) })
+            .collect();
+        ops.push(Op::DeleteMessage { key: key(70) });
+        // Deleted then put again in the same batch: the put wins, whatever the run.
+        ops.extend((101..=130).map(|s| Op::DeleteMessage { key: key(s) }));
+        ops.push(put(120));
+        store.submit_all(ops).wait().await.unwrap();
+        let expected: Vec<u64> = (1..10).chain(61..70).chain(71..=100).chain([120]).collect();
+        let got = store.scan_messages(1, 0, 1000).unwrap();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), expected);
+        assert_eq!(store.scan_messages(2, 0, 10).unwrap().len(), 1);
+        drop(store);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let got = store.scan_messages(1, 0, 1000).unwrap();
+        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), expected);
+    }
+
+    #[tokio::test]
     async fn a_put_deleted_in_the_same_batch_is_never_stored() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();

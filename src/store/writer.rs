@@ -212,11 +212,18 @@ impl Writer {
                 _ => {}
             }
         }
+        let ranges = delete_ranges(ops, &mut elided, &put_at);
         let mut batch = WriteBatch::default();
         let mut any = false;
         for (op, elided) in ops.drain(..).zip(elided) {
             if !elided {
                 self.apply(&mut batch, op);
+                any = true;
+            }
+        }
+        if let Some(cf) = self.db.cf_handle(super::rocks::CF_MESSAGES) {
+            for (from, to) in ranges {
+                batch.delete_range_cf(cf, from.encode(), to.encode());
                 any = true;
             }
         }
@@ -272,4 +279,64 @@ impl Writer {
             }
         }
     }
+}
+
+/// Shortest run of consecutive deletes written as one range tombstone.
+const MIN_DELETE_RUN: usize = 16;
+
+/// Acknowledgements mostly come in sequence order, so a batch deletes runs of
+/// consecutive keys of one queue: each run of at least [`MIN_DELETE_RUN`]
+/// becomes one range tombstone `[first, last + 1)` instead of a point tombstone
+/// per message (the writer's memtable inserts were most of a persistent run's
+/// CPU, and scans skip a range faster than thousands of points). A range only
+/// ever covers keys this batch deletes, every one of them, and none that it
+/// puts, so it removes exactly what the point deletes would have. The deletes
+/// it replaces are marked in `elided`; the ranges are returned as (from, to).
+fn delete_ranges(
+    ops: &[Op],
+    elided: &mut [bool],
+    put_at: &HashMap<MessageKey, usize, foldhash::fast::RandomState>,
+) -> Vec<(MessageKey, MessageKey)> {
+    let mut deletes: Vec<(MessageKey, usize)> = ops
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !elided[*i])
+        .filter_map(|(i, op)| match op {
+            Op::DeleteMessage { key } if !put_at.contains_key(key) => Some((*key, i)),
+            _ => None,
+        })
+        .collect();
+    if deletes.len() < MIN_DELETE_RUN {
+        return Vec::new();
+    }
+    deletes.sort_unstable_by_key(|(k, _)| (k.queue, k.seq));
+    let mut ranges = Vec::new();
+    let mut start = 0;
+    for end in 1..=deletes.len() {
+        let continues = deletes.get(end).is_some_and(|(k, _)| {
+            let prev = deletes[end - 1].0;
+            k.queue == prev.queue && (k.seq == prev.seq || k.seq == prev.seq + 1)
+        });
+        if continues {
+            continue;
+        }
+        let run = &deletes[start..end];
+        let (first, last) = (run[0].0, run[run.len() - 1].0);
+        if run.len() >= MIN_DELETE_RUN {
+            if let Some(after) = last.seq.checked_add(1) {
+                for (_, i) in run {
+                    elided[*i] = true;
+                }
+                ranges.push((
+                    first,
+                    MessageKey {
+                        queue: last.queue,
+                        seq: after,
+                    },
+                ));
+            }
+        }
+        start = end;
+    }
+    ranges
 }
