@@ -287,28 +287,32 @@ impl Store {
 mod tests {
     use super::*;
 
+    fn put(queue: u32, seq: u64) -> Op {
+        Op::PutMessage {
+            key: MessageKey { queue, seq },
+            record: Bytes::from(vec![seq as u8]),
+        }
+    }
+
+    fn delete(queue: u32, seq: u64) -> Op {
+        Op::DeleteMessage {
+            key: MessageKey { queue, seq },
+        }
+    }
+
+    fn seqs(store: &Store, queue: u32) -> Vec<u64> {
+        let got = store.scan_messages(queue, 0, 1000).unwrap();
+        got.iter().map(|(s, _)| *s).collect()
+    }
+
     #[tokio::test]
     async fn writes_are_read_back_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         for seq in [3u64, 1, 2] {
-            store
-                .submit(Op::PutMessage {
-                    key: MessageKey { queue: 7, seq },
-                    record: Bytes::from(vec![seq as u8]),
-                })
-                .wait()
-                .await
-                .unwrap();
+            store.submit(put(7, seq)).wait().await.unwrap();
         }
-        store
-            .submit(Op::PutMessage {
-                key: MessageKey { queue: 8, seq: 0 },
-                record: Bytes::from_static(b"other"),
-            })
-            .wait()
-            .await
-            .unwrap();
+        store.submit(put(8, 0)).wait().await.unwrap();
         let got = store.scan_messages(7, 2, 10).unwrap();
         assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![2, 3]);
         store
@@ -316,88 +320,64 @@ mod tests {
             .wait()
             .await
             .unwrap();
-        assert!(store.scan_messages(7, 0, 10).unwrap().is_empty());
-        assert_eq!(store.scan_messages(8, 0, 10).unwrap().len(), 1);
+        assert!(seqs(&store, 7).is_empty());
+        assert_eq!(seqs(&store, 8), vec![0]);
     }
 
     #[tokio::test]
     async fn runs_of_deletes_remove_exactly_their_keys() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let key = |seq| MessageKey { queue: 1, seq };
-        let put = |seq: u64| Op::PutMessage {
-            key: key(seq),
-            record: Bytes::from(vec![seq as u8]),
-        };
         store
-            .submit_all((1..=100).map(put).collect())
+            .submit_all((1..=100).map(|s| put(1, s)).collect())
             .wait()
             .await
             .unwrap();
         // Another queue's neighbouring keys must survive a run in queue 1.
-        store
-            .submit(Op::PutMessage {
-                key: MessageKey { queue: 2, seq: 30 },
-                record: Bytes::from_static(b"x"),
-            })
-            .wait()
-            .await
-            .unwrap();
-        let mut ops: Vec<Op> = (10..=60)
-            .rev()
-            .map(|s| Op::DeleteMessage { key: key(s) })
-            .collect();
-        ops.push(Op::DeleteMessage { key: key(70) });
+        store.submit(put(2, 30)).wait().await.unwrap();
+        let mut ops: Vec<Op> = (10..=60).rev().map(|s| delete(1, s)).collect();
+        ops.push(delete(1, 70));
         // Deleted then put again in the same batch: the put wins, whatever the run.
-        ops.extend((101..=130).map(|s| Op::DeleteMessage { key: key(s) }));
-        ops.push(put(120));
+        ops.extend((101..=130).map(|s| delete(1, s)));
+        ops.push(put(1, 120));
         store.submit_all(ops).wait().await.unwrap();
         let expected: Vec<u64> = (1..10).chain(61..70).chain(71..=100).chain([120]).collect();
-        let got = store.scan_messages(1, 0, 1000).unwrap();
-        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), expected);
-        assert_eq!(store.scan_messages(2, 0, 10).unwrap().len(), 1);
+        assert_eq!(seqs(&store, 1), expected);
+        assert_eq!(seqs(&store, 2), vec![30]);
         drop(store);
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let got = store.scan_messages(1, 0, 1000).unwrap();
-        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), expected);
+        assert_eq!(seqs(&store, 1), expected);
     }
 
     #[tokio::test]
     async fn a_put_deleted_in_the_same_batch_is_never_stored() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let key = |seq| MessageKey { queue: 1, seq };
-        let put = |seq: u64| Op::PutMessage {
-            key: key(seq),
-            record: Bytes::from(vec![seq as u8]),
-        };
         // Stored in an earlier batch: a later delete must still remove it.
-        store.submit(put(1)).wait().await.unwrap();
+        store.submit(put(1, 1)).wait().await.unwrap();
         store
             .submit_all(vec![
-                put(2),
-                Op::DeleteMessage { key: key(2) },
-                Op::DeleteMessage { key: key(1) },
+                put(1, 2),
+                delete(1, 2),
+                delete(1, 1),
                 // Put again after its delete: the last word wins.
-                put(3),
-                Op::DeleteMessage { key: key(3) },
-                put(3),
-                put(4),
+                put(1, 3),
+                delete(1, 3),
+                put(1, 3),
+                put(1, 4),
             ])
             .wait()
             .await
             .unwrap();
-        let got = store.scan_messages(1, 0, 10).unwrap();
-        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(seqs(&store, 1), vec![3, 4]);
         // A batch that cancels out entirely is not written, and still completes.
         store
-            .submit_all(vec![put(5), Op::DeleteMessage { key: key(5) }])
+            .submit_all(vec![put(1, 5), delete(1, 5)])
             .wait()
             .await
             .unwrap();
         drop(store);
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
-        let got = store.scan_messages(1, 0, 10).unwrap();
-        assert_eq!(got.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![3, 4]);
+        assert_eq!(seqs(&store, 1), vec![3, 4]);
     }
 }
