@@ -94,14 +94,6 @@ impl<T> DeliverySink<T> {
         self.shared.notify.notify_one();
     }
 
-    /// Appends and wakes: for callers that hold no queue lock.
-    pub fn send(&self, delivery: T) -> Result<(), Closed<T>> {
-        if self.push(delivery)? {
-            self.wake();
-        }
-        Ok(())
-    }
-
     pub fn is_closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
     }
@@ -160,6 +152,15 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// What a queue does: push under its lock, wake after.
+    fn send(sink: &DeliverySink<u32>, value: u32) {
+        match sink.push(value) {
+            Ok(true) => sink.wake(),
+            Ok(false) => {}
+            Err(_) => panic!("receiver gone"),
+        }
+    }
+
     #[test]
     fn order_is_push_order_and_a_busy_receiver_is_not_woken() {
         let (sink, mut rx) = channel::<u32>();
@@ -194,7 +195,7 @@ mod tests {
     #[tokio::test]
     async fn a_wake_before_the_receiver_waits_is_not_lost() {
         let (sink, mut rx) = channel::<u32>();
-        sink.send(1).unwrap_or_else(|_| panic!("open"));
+        send(&sink, 1);
         let got = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await;
         assert_eq!(got, Ok(Some(1)));
     }
@@ -204,7 +205,7 @@ mod tests {
         let (sink, mut rx) = channel::<u32>();
         let timed_out = tokio::time::timeout(Duration::from_millis(10), rx.recv()).await;
         assert!(timed_out.is_err());
-        sink.send(5).unwrap_or_else(|_| panic!("open"));
+        send(&sink, 5);
         assert_eq!(rx.try_recv(), Ok(5));
     }
 

@@ -195,6 +195,16 @@ impl Writer {
     /// with that key exists), so nothing older under that key can be on disk.
     /// A delete of a record from an earlier batch (or run) is kept.
     fn build(&self, ops: &mut Vec<Op>) -> Option<WriteBatch> {
+        if !ops.iter().any(|op| matches!(op, Op::DeleteMessage { .. })) {
+            // Nothing acknowledged in this batch (a producer ahead of its
+            // consumers, delayed messages): nothing to pair up.
+            let mut batch = WriteBatch::default();
+            let any = !ops.is_empty();
+            for op in ops.drain(..) {
+                self.apply(&mut batch, op);
+            }
+            return any.then_some(batch);
+        }
         let mut put_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
             HashMap::default();
         let mut elided = vec![false; ops.len()];
