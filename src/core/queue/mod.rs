@@ -258,18 +258,27 @@ impl Queue {
                 });
                 let completion = self.write(put, also);
                 let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
-                st.ready.push(
-                    Entry {
-                        seq,
-                        message,
-                        delivery_count,
-                        persisted: durable,
-                        lane,
-                        avoid: None,
-                    },
-                    owner,
-                );
-                self.dispatch(&mut st, &mut after);
+                let direct = match (&lane, owner) {
+                    (Some(lane), Some(owner)) => self.direct_owner(&st, lane, owner, &message),
+                    _ => None,
+                };
+                let entry = Entry {
+                    seq,
+                    message,
+                    delivery_count,
+                    persisted: durable,
+                    lane,
+                    avoid: None,
+                };
+                match direct {
+                    Some(index) => {
+                        self.hand_over(&mut st, index, entry, true, &mut after);
+                    }
+                    None => {
+                        st.ready.push(entry, owner);
+                        self.dispatch(&mut st, &mut after);
+                    }
+                }
                 completion
             }
         };
@@ -690,7 +699,7 @@ impl Queue {
                 Pick::Lane(_, true) => Some(consumer),
                 Pick::Lane(_, false) | Pick::Ungrouped(_) => None,
             };
-            let Some(mut entry) = st.ready.take(&pick, owner) else {
+            let Some(entry) = st.ready.take(&pick, owner) else {
                 starved[index] = true;
                 continue;
             };
@@ -705,50 +714,92 @@ impl Queue {
                 starved[index] = true;
                 continue;
             }
-            let mut group_first = false;
-            if let Some(lane) = &entry.lane {
-                if owner.is_none() {
-                    st.groups.bind(lane.clone(), consumer);
-                    st.ready.rebind(lane, None, Some(consumer));
-                    group_first = true;
-                }
-                if entry.message.group_seq == Some(-1) {
-                    st.groups.unbind(lane);
-                    st.ready.rebind(lane, Some(consumer), None);
-                }
-            }
-            entry.delivery_count += 1;
-            let slot = &mut st.consumers[index];
-            slot.credit -= 1;
-            let delivery = Delivery {
-                consumer,
-                queue: self.clone(),
-                seq: entry.seq,
-                message: entry.message.clone(),
-                delivery_count: entry.delivery_count,
-                group_first,
-            };
-            let sent = match slot.sink.push(delivery) {
-                Ok(wake) => {
-                    if wake {
-                        after.wake(&slot.sink);
-                    }
-                    true
-                }
-                Err(_) => false,
-            };
-            st.next_rr = index + 1;
-            if sent {
-                st.in_flight.insert(entry.seq, InFlight { consumer, entry });
-            } else {
-                // The session is gone; it will remove the consumer shortly.
-                entry.delivery_count -= 1;
+            if !self.hand_over(st, index, entry, owner.is_some(), after) {
                 starved[index] = true;
-                let owner = entry.lane.as_deref().and_then(|l| st.groups.owner(l));
-                st.ready.push(entry, owner);
             }
         }
         st.starved = starved;
+    }
+
+    /// Gives a ready message to the consumer at `index`, binding its group if
+    /// it has no owner yet (`owned` false). Returns false if the consumer's
+    /// session is gone; the message is then back among the ready ones.
+    fn hand_over(
+        self: &Arc<Self>,
+        st: &mut State,
+        index: usize,
+        mut entry: Entry,
+        owned: bool,
+        after: &mut AfterUnlock,
+    ) -> bool {
+        let consumer = st.consumers[index].id;
+        let mut group_first = false;
+        if let Some(lane) = &entry.lane {
+            if !owned {
+                st.groups.bind(lane.clone(), consumer);
+                st.ready.rebind(lane, None, Some(consumer));
+                group_first = true;
+            }
+            if entry.message.group_seq == Some(-1) {
+                st.groups.unbind(lane);
+                st.ready.rebind(lane, Some(consumer), None);
+            }
+        }
+        entry.delivery_count += 1;
+        let slot = &mut st.consumers[index];
+        slot.credit -= 1;
+        let delivery = Delivery {
+            consumer,
+            queue: self.clone(),
+            seq: entry.seq,
+            message: entry.message.clone(),
+            delivery_count: entry.delivery_count,
+            group_first,
+        };
+        let sent = match slot.sink.push(delivery) {
+            Ok(wake) => {
+                if wake {
+                    after.wake(&slot.sink);
+                }
+                true
+            }
+            Err(_) => false,
+        };
+        st.next_rr = index + 1;
+        if sent {
+            st.in_flight.insert(entry.seq, InFlight { consumer, entry });
+        } else {
+            // The session is gone; it will remove the consumer shortly.
+            entry.delivery_count -= 1;
+            let owner = entry.lane.as_deref().and_then(|l| st.groups.owner(l));
+            st.ready.push(entry, owner);
+        }
+        sent
+    }
+
+    /// The consumer a new message of an owned group can go to straight away,
+    /// skipping the ready set: exactly where `dispatch` would put it. Dispatch
+    /// leaves no consumer with credit and something it could take, so an owner
+    /// with credit has nothing older waiting; the group itself must have
+    /// nothing waiting either (its order). Anything unusual takes the long way.
+    fn direct_owner(
+        &self,
+        st: &State,
+        lane: &str,
+        owner: ConsumerId,
+        message: &Message,
+    ) -> Option<usize> {
+        if self.settings.exclusive
+            || self.settings.consumers_before_dispatch > 0
+            || st.deleted
+            || st.ready.has_lane(lane)
+            || message.is_expired_at(now_ms())
+        {
+            return None;
+        }
+        let index = st.consumers.iter().position(|s| s.id == owner)?;
+        let slot = &st.consumers[index];
+        (slot.credit > 0 && slot.filter.is_none() && slot.browse.is_none()).then_some(index)
     }
 
     /// `consumers_before_dispatch` / `delay_before_dispatch`: hold messages until

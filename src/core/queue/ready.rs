@@ -66,6 +66,11 @@ impl ReadySet {
         self.len == 0
     }
 
+    /// Whether messages of this lane are waiting.
+    pub fn has_lane(&self, lane: &str) -> bool {
+        self.lanes.contains_key(lane)
+    }
+
     /// Approximate memory held by waiting messages.
     pub fn weight(&self) -> usize {
         self.bytes
