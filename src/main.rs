@@ -3,6 +3,7 @@
 mod admin {
     pub mod schedule;
 }
+mod memory;
 
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
@@ -113,6 +114,7 @@ fn serve(args: ServeArgs) -> ExitCode {
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(memory::on_idle)
         .build()
     {
         Ok(rt) => rt,
@@ -136,7 +138,9 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let nudge = tokio::spawn(memory::nudge_idle_workers());
         wait_for_signal().await;
+        nudge.abort();
         tracing::info!("shutting down");
         server.stop().await;
         ExitCode::SUCCESS

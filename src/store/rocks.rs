@@ -22,6 +22,9 @@ pub struct StoreOptions {
     pub max_batch: usize,
     /// Submissions waiting for the writer before producers are slowed down.
     pub queue_depth: usize,
+    /// After this long without a write, memtables are flushed and the memory
+    /// they held is handed back (see `Writer::release_memory`).
+    pub idle_flush_after: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -30,6 +33,7 @@ impl Default for StoreOptions {
             fsync: FsyncPolicy::Always,
             max_batch: 4096,
             queue_depth: 65_536,
+            idle_flush_after: std::time::Duration::from_secs(3),
         }
     }
 }
@@ -104,6 +108,8 @@ impl Store {
                     db: thread_db,
                     policy: options.fsync,
                     max_batch: options.max_batch,
+                    idle_flush_after: options.idle_flush_after,
+                    idle_flush: None,
                 }
                 .run(rx)
             })
@@ -184,7 +190,7 @@ impl Store {
             seq: from_seq,
         }
         .encode();
-        let mut read = ReadOptions::default();
+        let mut read = read_once();
         read.set_iterate_upper_bound(
             MessageKey {
                 queue,
@@ -230,7 +236,11 @@ impl Store {
         mut visit: impl FnMut(MessageKey, Bytes),
     ) -> Result<(), StoreError> {
         let cf = self.cf(CF_MESSAGES)?;
-        for item in self.inner.db.iterator_cf(cf, IteratorMode::Start) {
+        for item in self
+            .inner
+            .db
+            .iterator_cf_opt(cf, read_once(), IteratorMode::Start)
+        {
             let (key, value) = item?;
             let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
             visit(key, Bytes::from(value.into_vec()));
@@ -283,6 +293,15 @@ impl Store {
     }
 }
 
+/// For messages read to be delivered (paging in, recovery): each is read once
+/// and deleted soon after, so its blocks would only push the index and filter
+/// blocks out of the cache and keep memory resident for nothing.
+fn read_once() -> ReadOptions {
+    let mut read = ReadOptions::default();
+    read.fill_cache(false);
+    read
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +341,46 @@ mod tests {
             .unwrap();
         assert!(seqs(&store, 7).is_empty());
         assert_eq!(seqs(&store, 8), vec![0]);
+    }
+
+    fn memtable_bytes(store: &Store) -> u64 {
+        let cf = store.cf(CF_MESSAGES).unwrap();
+        store
+            .inner
+            .db
+            .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
+            .unwrap()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_idle_store_flushes_its_memtables_and_keeps_the_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            idle_flush_after: std::time::Duration::from_millis(100),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(dir.path(), options.clone()).unwrap();
+        for seq in 0..2000 {
+            store.submit(put(3, seq)).wait().await.unwrap();
+        }
+        let written = memtable_bytes(&store);
+        let mut flushed = written;
+        for _ in 0..100 {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            flushed = memtable_bytes(&store);
+            if flushed < written / 4 {
+                break;
+            }
+        }
+        assert!(
+            flushed < written / 4,
+            "memtables {written} B after the writes, still {flushed} B when idle"
+        );
+        assert_eq!(seqs(&store, 3), (0..1000).collect::<Vec<_>>());
+        drop(store);
+        let store = Store::open(dir.path(), options).unwrap();
+        assert_eq!(store.scan_messages(3, 1000, 5000).unwrap().len(), 1000);
     }
 
     #[tokio::test]

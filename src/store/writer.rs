@@ -3,6 +3,7 @@
 //! changes of one queue reach RocksDB in the order the core made them.
 
 use super::keys::{MessageKey, ScheduleKey};
+use super::rocks::{CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
 use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{WriteBatch, WriteOptions, DB};
@@ -116,13 +117,35 @@ pub(super) struct Writer {
     pub db: Arc<DB>,
     pub policy: FsyncPolicy,
     pub max_batch: usize,
+    pub idle_flush_after: Duration,
+    /// The last idle flush: one at a time, and joined before the writer ends
+    /// (it holds the DB open).
+    pub idle_flush: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Writer {
-    pub fn run(self, rx: Receiver<Submission>) {
+    pub fn run(mut self, rx: Receiver<Submission>) {
         let mut pending: Vec<oneshot::Sender<Result<(), Arc<StoreError>>>> = Vec::new();
         let mut ops: Vec<Op> = Vec::new();
-        while let Ok(first) = rx.recv() {
+        // Something was written since the last idle flush.
+        let mut dirty = false;
+        loop {
+            let first = if dirty {
+                match rx.recv_timeout(self.idle_flush_after) {
+                    Ok(s) => s,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.release_memory();
+                        dirty = false;
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
+            } else {
+                match rx.recv() {
+                    Ok(s) => s,
+                    Err(_) => break,
+                }
+            };
             let mut count = 0usize;
             self.add(&mut ops, first, &mut pending, &mut count);
             let deadline = match self.policy {
@@ -151,6 +174,7 @@ impl Writer {
             let result = match self.build(&mut ops) {
                 None => Ok(()),
                 Some(batch) => {
+                    dirty = true;
                     let mut options = WriteOptions::default();
                     options.set_sync(self.policy != FsyncPolicy::Never);
                     self.db.write_opt(batch, &options).map_err(|e| {
@@ -162,6 +186,37 @@ impl Writer {
             for done in pending.drain(..) {
                 let _ = done.send(result.clone());
             }
+        }
+        if let Some(flush) = self.idle_flush.take() {
+            let _ = flush.join();
+        }
+    }
+
+    /// The broker went quiet: flush the memtables (a burst of persistent or
+    /// delayed messages leaves up to `db_write_buffer_size` of them, mostly
+    /// dead entries) and give their memory back. RocksDB allocates through
+    /// glibc malloc, which keeps freed arena memory unless trimmed. On its
+    /// own thread, so the next write does not wait for the flush.
+    fn release_memory(&mut self) {
+        if self.idle_flush.as_ref().is_some_and(|f| !f.is_finished()) {
+            return;
+        }
+        let db = self.db.clone();
+        let spawned = std::thread::Builder::new()
+            .name("weir-store-idle".into())
+            .spawn(move || {
+                for name in [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES] {
+                    if let Some(cf) = db.cf_handle(name) {
+                        if let Err(e) = db.flush_cf(&cf) {
+                            tracing::warn!(error = %e, cf = name, "idle flush failed");
+                        }
+                    }
+                }
+                trim_malloc();
+            });
+        match spawned {
+            Ok(handle) => self.idle_flush = Some(handle),
+            Err(e) => tracing::warn!(error = %e, "cannot start the idle flush"),
         }
     }
 
@@ -350,3 +405,15 @@ fn delete_ranges(
     }
     ranges
 }
+
+/// Returns free heap memory to the system (glibc keeps it by default).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_malloc() {
+    // SAFETY: malloc_trim takes the allocator's own locks; no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_malloc() {}
