@@ -3,7 +3,7 @@
 use super::*;
 use crate::core::deliveries::{self, Deliveries};
 use crate::core::settings::QueueSettings;
-use crate::store::{Store, StoreOptions};
+use crate::store::{Completion, Store, StoreOptions};
 use std::sync::Arc;
 
 fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
@@ -560,4 +560,118 @@ async fn try_ack_acks_like_ack_when_the_queue_is_free() {
         d.queue.try_ack(d.consumer, &[d.seq]),
         Some(Err(CoreError::UnknownDelivery(_)))
     ));
+}
+
+#[tokio::test]
+async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room() {
+    let dir = tempfile::tempdir().unwrap();
+    // Held back from 4 waiting messages (half of 8), let go at 2 (a quarter).
+    let settings = QueueSettings {
+        max_memory_messages: 8,
+        ..QueueSettings::default()
+    };
+    let broker = open(dir.path(), settings);
+    // No consumer: nobody to wait for, the queue just grows (and pages).
+    for i in 0..12 {
+        let sent = broker
+            .publish(msg("lonely", &i.to_string(), None), RoutingType::Anycast)
+            .unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), sent.wait())
+            .await
+            .expect("no consumer: a send is done at once")
+            .unwrap();
+    }
+
+    let (tx, mut rx) = deliveries::channel();
+    let consumer = broker
+        .subscribe("slow", RoutingType::Anycast, window(1), tx)
+        .unwrap();
+    let mut sends = Vec::new();
+    for i in 0..6 {
+        sends.push(
+            broker
+                .publish(msg("slow", &i.to_string(), None), RoutingType::Anycast)
+                .unwrap(),
+        );
+    }
+    // One in flight, five waiting: the sends that found four or more held.
+    let held: Vec<bool> = sends.iter().map(|s| !s.is_ready()).collect();
+    assert_eq!(held, vec![false, false, false, false, true, true]);
+    let mut held_sends: Vec<_> = sends.into_iter().skip(4).collect();
+    let still_held = |c: Completion| async move {
+        tokio::time::timeout(std::time::Duration::from_millis(10), c.wait())
+            .await
+            .is_err()
+    };
+    let mut acked = 0;
+    while acked < 2 {
+        let d = drain(&mut rx).pop().unwrap();
+        d.queue
+            .ack(d.consumer, &[d.seq])
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        acked += 1;
+    }
+    // Three waiting: still above a quarter.
+    assert!(
+        still_held(held_sends.remove(0)).await,
+        "released before the queue drained"
+    );
+    let d = drain(&mut rx).pop().unwrap();
+    d.queue
+        .ack(d.consumer, &[d.seq])
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    // Two waiting: every held producer goes on.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        held_sends.remove(0).wait(),
+    )
+    .await
+    .expect("released once the queue drained to a quarter")
+    .unwrap();
+    drop(consumer);
+}
+
+#[tokio::test]
+async fn held_sends_go_when_consumers_stop_taking_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        max_memory_messages: 8,
+        ..QueueSettings::default()
+    };
+    let broker = open(dir.path(), settings);
+    // A client that sends everything before it reads (one thread): its
+    // consumer never acks while it sends, so holding would deadlock it.
+    let (tx, _rx) = deliveries::channel();
+    let consumer = broker
+        .subscribe("stuck", RoutingType::Anycast, window(1), tx)
+        .unwrap();
+    let mut sends = Vec::new();
+    for i in 0..6 {
+        sends.push(
+            broker
+                .publish(msg("stuck", &i.to_string(), None), RoutingType::Anycast)
+                .unwrap(),
+        );
+    }
+    assert!(
+        !sends[5].is_ready(),
+        "held while the consumer might catch up"
+    );
+    for sent in sends {
+        tokio::time::timeout(std::time::Duration::from_secs(5), sent.wait())
+            .await
+            .expect("let go once the consumer made no progress")
+            .unwrap();
+    }
+    let later = broker
+        .publish(msg("stuck", "later", None), RoutingType::Anycast)
+        .unwrap();
+    assert!(later.is_ready(), "not held again until the consumer moves");
+    drop(consumer);
 }

@@ -7,7 +7,7 @@ mod writer;
 
 pub use keys::{MessageKey, ScheduleKey};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
-pub use writer::{Completion, FsyncPolicy, Op};
+pub use writer::{Completion, FsyncPolicy, Hold, Op};
 
 /// Everything that can go wrong below the core.
 #[derive(Debug, thiserror::Error)]

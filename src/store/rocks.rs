@@ -153,11 +153,11 @@ impl Store {
             None => false,
         };
         match sent {
-            true => Completion(rx),
+            true => Completion::written(rx),
             false => {
                 let (tx, rx) = oneshot::channel();
                 let _ = tx.send(Err(Arc::new(StoreError::Closed)));
-                Completion(Some(rx))
+                Completion::written(Some(rx))
             }
         }
     }

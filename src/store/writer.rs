@@ -65,31 +65,59 @@ pub(super) enum OpList {
     Many(Vec<Op>),
 }
 
-/// Resolves once the submission is durable per the fsync policy.
-pub struct Completion(pub(super) Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>);
+/// Resolves once the submission is durable per the fsync policy, and, for a
+/// send a queue holds back (producer flow control), once the queue lets it go.
+pub struct Completion {
+    written: Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>,
+    held: Option<oneshot::Receiver<()>>,
+}
 
 impl Completion {
+    pub(super) fn written(rx: Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>) -> Self {
+        Completion {
+            written: rx,
+            held: None,
+        }
+    }
+
     /// A completion for work that needed no write.
     pub fn ready() -> Self {
-        Completion(None)
+        Completion::written(None)
+    }
+
+    /// This completion, resolving only once the returned [`Hold`] is dropped too.
+    pub fn held_back(self) -> (Hold, Completion) {
+        let (tx, rx) = oneshot::channel();
+        let held = Completion {
+            written: self.written,
+            held: Some(rx),
+        };
+        (Hold(Some(tx)), held)
+    }
+
+    /// Only what the disk promises, without any flow-control hold: for a
+    /// caller that keeps the newest write as proof that all earlier ones are
+    /// on disk (the store applies them in order; a hold says nothing of that).
+    pub fn durability(self) -> Completion {
+        Completion::written(self.written)
     }
 
     /// True when there is nothing to wait for.
     pub fn is_ready(&self) -> bool {
-        self.0.is_none()
+        self.written.is_none() && self.held.is_none()
     }
 
     /// One completion for many: resolves when all have, with the first error.
     pub fn all(completions: Vec<Completion>) -> Completion {
-        let pending: Vec<_> = completions.into_iter().filter_map(|c| c.0).collect();
+        let pending: Vec<Completion> = completions.into_iter().filter(|c| !c.is_ready()).collect();
         if pending.is_empty() {
             return Completion::ready();
         }
         let (tx, rx) = oneshot::channel();
         let wait_all = async move {
             let mut result = Ok(());
-            for rx in pending {
-                let r = rx.await.unwrap_or(Err(Arc::new(StoreError::Closed)));
+            for completion in pending {
+                let r = completion.wait().await;
                 if result.is_ok() {
                     result = r;
                 }
@@ -102,13 +130,30 @@ impl Completion {
             }
             Err(_) => return Completion::ready(),
         }
-        Completion(Some(rx))
+        Completion::written(Some(rx))
     }
 
     pub async fn wait(self) -> Result<(), Arc<StoreError>> {
-        match self.0 {
+        let written = match self.written {
             None => Ok(()),
             Some(rx) => rx.await.unwrap_or(Err(Arc::new(StoreError::Closed))),
+        };
+        if let Some(held) = self.held {
+            // Sent or dropped, a hold ends the same way: the producer goes on.
+            let _ = held.await;
+        }
+        written
+    }
+}
+
+/// Holds a [`Completion::held_back`] until dropped.
+#[derive(Debug)]
+pub struct Hold(Option<oneshot::Sender<()>>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
         }
     }
 }

@@ -17,7 +17,7 @@ use super::message::{now_ms, Message};
 use super::persist;
 use super::settings::QueueSettings;
 use crate::core::fast_map::FastMap;
-use crate::store::{Completion, MessageKey, Op, Store};
+use crate::store::{Completion, Hold, MessageKey, Op, Store};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -95,6 +95,16 @@ struct State {
     hold_until: Option<std::time::Instant>,
     /// Scratch for dispatch: consumers with nothing to take this round.
     starved: Vec<bool>,
+    /// Sends whose completion waits for the queue to drain (producer flow
+    /// control, see `Queue::hold_back`); dropping one lets its producer go on.
+    held_back: Vec<Hold>,
+    /// Deliveries so far: the consumers' progress, which holding waits on.
+    delivered: u64,
+    /// A watch on the held sends is running (`Queue::watch_held`).
+    watching_held: bool,
+    /// Consumers made no progress while sends were held (`delivered` then):
+    /// nothing is held again until they do.
+    stalled_at: Option<u64>,
 }
 
 /// The owner of groups moved by a rebalance whose old owner still holds some
@@ -132,6 +142,10 @@ struct AfterUnlock {
     /// released, so nobody waits for the wake-up syscall. Most dispatches wake one.
     wake_first: Option<DeliverySink>,
     wake_more: Vec<DeliverySink>,
+    /// Producers let go because the queue drained (dropped after unlocking).
+    released: Vec<Hold>,
+    /// Sends were held and nothing watches them yet.
+    watch_held: bool,
 }
 
 impl AfterUnlock {
@@ -171,6 +185,10 @@ impl Queue {
                 deleted: false,
                 hold_until: None,
                 starved: Vec::new(),
+                held_back: Vec::new(),
+                delivered: 0,
+                watching_held: false,
+                stalled_at: None,
             })),
         }
     }
@@ -247,7 +265,8 @@ impl Queue {
                     },
                     record,
                 };
-                self.write(Some(put), also)
+                let completion = self.write(Some(put), also);
+                self.hold_back(&mut st, completion, &mut after)
             } else {
                 let put = record.map(|record| Op::PutMessage {
                     key: MessageKey {
@@ -279,7 +298,7 @@ impl Queue {
                         self.dispatch(&mut st, &mut after);
                     }
                 }
-                completion
+                self.hold_back(&mut st, completion, &mut after)
             }
         };
         self.finish(after);
@@ -597,6 +616,9 @@ impl Queue {
         st.backlog = Backlog::default();
         self.store
             .submit_detached(Op::PurgeQueue { queue: self.id });
+        let released = std::mem::take(&mut st.held_back);
+        drop(st);
+        drop(released);
         n
     }
 
@@ -657,7 +679,54 @@ impl Queue {
         }
     }
 
+    /// Producer flow control, like RabbitMQ's credit flow: while consumers
+    /// are attached and taking messages but the queue holds more than half of
+    /// `max_memory_messages`, a send counts as done (receipt, AMQP outcome)
+    /// only once the queue is down to a quarter. Producers that wait for those
+    /// (a window of unsettled sends, receipts) slow to the consumers' pace
+    /// instead of pushing the queue into paging, a disk write and read per
+    /// message. It throttles, it never blocks: without consumers, or when they
+    /// stop taking messages (a client that sends everything before it reads,
+    /// on one thread), held sends are let go and the queue pages to disk.
+    fn hold_back(
+        &self,
+        st: &mut State,
+        completion: Completion,
+        after: &mut AfterUnlock,
+    ) -> Completion {
+        let waiting = st.ready.len() + st.backlog.count;
+        if waiting < self.settings.max_memory_messages / 2
+            || !Self::has_consumers(st)
+            || st.stalled_at == Some(st.delivered)
+        {
+            return completion;
+        }
+        st.stalled_at = None;
+        if !st.watching_held {
+            st.watching_held = true;
+            after.watch_held = true;
+        }
+        let (hold, held) = completion.held_back();
+        st.held_back.push(hold);
+        held
+    }
+
+    fn has_consumers(st: &State) -> bool {
+        st.consumers.iter().any(|s| s.browse.is_none())
+    }
+
     fn dispatch(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
+        self.dispatch_ready(st, after);
+        if !st.held_back.is_empty()
+            && (st.ready.len() + st.backlog.count <= self.settings.max_memory_messages / 4
+                || st.deleted
+                || !Self::has_consumers(st))
+        {
+            after.released.append(&mut st.held_back);
+        }
+    }
+
+    fn dispatch_ready(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
         self.feed_browsers(st, after);
         let ready_target = self.settings.max_memory_messages / 2;
         if st.backlog.count > 0 && st.ready.len() <= ready_target {
@@ -767,6 +836,7 @@ impl Queue {
         };
         st.next_rr = index + 1;
         if sent {
+            st.delivered += 1;
             st.in_flight.insert(entry.seq, InFlight { consumer, entry });
         } else {
             // The session is gone; it will remove the consumer shortly.
@@ -936,7 +1006,49 @@ impl Queue {
         self.finish(after);
     }
 
-    fn finish(self: &Arc<Self>, after: AfterUnlock) {
+    /// Lets held sends go when the consumers stop making progress for a while.
+    async fn watch_held(self: Arc<Self>) {
+        const PATIENCE: std::time::Duration = std::time::Duration::from_millis(50);
+        let mut seen = self.state.lock().delivered;
+        loop {
+            tokio::time::sleep(PATIENCE).await;
+            let released = {
+                let mut st = self.state.lock();
+                if st.held_back.is_empty() {
+                    st.watching_held = false;
+                    return;
+                }
+                if st.delivered != seen {
+                    seen = st.delivered;
+                    continue;
+                }
+                st.watching_held = false;
+                st.stalled_at = Some(st.delivered);
+                std::mem::take(&mut st.held_back)
+            };
+            drop(released);
+            return;
+        }
+    }
+
+    fn finish(self: &Arc<Self>, mut after: AfterUnlock) {
+        after.released.clear();
+        if after.watch_held {
+            match tokio::runtime::Handle::try_current() {
+                Ok(handle) => {
+                    handle.spawn(self.clone().watch_held());
+                }
+                Err(_) => {
+                    // No runtime to watch from: hold nothing.
+                    let released = {
+                        let mut st = self.state.lock();
+                        st.watching_held = false;
+                        std::mem::take(&mut st.held_back)
+                    };
+                    drop(released);
+                }
+            }
+        }
         if let Some(sink) = &after.wake_first {
             sink.wake();
             for sink in &after.wake_more {

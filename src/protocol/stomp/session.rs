@@ -728,6 +728,7 @@ where
             // Nobody asked: keep only the newest write. The store applies writes
             // in order, so it being on disk means every earlier one is, which is
             // all DISCONNECT needs; tracking each would cost a future per message.
+            let completion = completion.durability();
             if !completion.is_ready() {
                 self.unconfirmed = Some(completion);
             }
