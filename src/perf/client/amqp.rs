@@ -837,6 +837,9 @@ fn number(v: &Value) -> Option<u64> {
 
 /// The perf stamp of a message payload, if it belongs to run `run_id`.
 fn parse_stamp(payload: Bytes, run_id: u64) -> Option<Stamp> {
+    if let Some(stamp) = super::amqp_stamp::scan(&payload, run_id) {
+        return Some(stamp);
+    }
     let view = MessageView::parse(payload).ok()?;
     let props = view.application_properties()?;
     let get = |name: &str| map_get(props, name).and_then(number);

@@ -2,6 +2,7 @@
 //! run logic (pacing, flow control, checks) is written once: STOMP and AMQP 1.0.
 
 pub mod amqp;
+mod amqp_stamp;
 pub mod stomp;
 
 use super::error::PerfError;
