@@ -675,3 +675,30 @@ async fn held_sends_go_when_consumers_stop_taking_messages() {
     assert!(later.is_ready(), "not held again until the consumer moves");
     drop(consumer);
 }
+
+#[tokio::test]
+async fn holds_are_bounded_for_senders_that_never_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        max_memory_messages: 8,
+        ..QueueSettings::default()
+    };
+    let broker = open(dir.path(), settings);
+    let (tx, _rx) = deliveries::channel();
+    let consumer = broker
+        .subscribe("firehose", RoutingType::Anycast, window(1), tx)
+        .unwrap();
+    let mut queue = None;
+    for i in 0..30 {
+        broker
+            .publish(msg("firehose", &i.to_string(), None), RoutingType::Anycast)
+            .unwrap();
+        queue = queue.or_else(|| broker.queue("firehose"));
+    }
+    let stats = queue.unwrap().stats();
+    // One in flight, 29 waiting (the later ones paged); held from the fifth
+    // send on, but never more holds than max_memory_messages.
+    assert_eq!(stats.in_flight + stats.ready + stats.paged, 30);
+    assert_eq!(stats.held_sends, 8);
+    drop(consumer);
+}

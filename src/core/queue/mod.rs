@@ -51,6 +51,8 @@ pub struct QueueStats {
     pub paged: usize,
     pub consumers: usize,
     pub groups: usize,
+    /// Sends whose completion waits for the queue to drain (flow control).
+    pub held_sends: usize,
 }
 
 struct Slot {
@@ -213,6 +215,7 @@ impl Queue {
             paged: st.backlog.count,
             consumers: st.consumers.len(),
             groups: st.groups.len(),
+            held_sends: st.held_back.len(),
         }
     }
 
@@ -698,6 +701,10 @@ impl Queue {
         if waiting < self.settings.max_memory_messages / 2
             || !Self::has_consumers(st)
             || st.stalled_at == Some(st.delivered)
+            // Senders that wait for their completions are few (a window, a
+            // receipt); one that never waits is not slowed by holding, and
+            // its holds must not grow with the backlog.
+            || st.held_back.len() >= self.settings.max_memory_messages
         {
             return completion;
         }
