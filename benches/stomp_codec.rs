@@ -89,5 +89,23 @@ fn bench_encode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_decode, bench_encode);
+/// A decoded SEND into a core message: the header pass, broker headers,
+/// properties. The frame is a `weir perf` one plus a group id and a type.
+fn bench_convert(c: &mut Criterion) {
+    use weir::core::names::Names;
+    use weir::protocol::stomp::convert::{message_from_send, parse_destination};
+    let frame = send(256)
+        .with_header("persistent", "false")
+        .with_header("perf-run", "7301")
+        .with_header("perf-p", "0")
+        .with_header("perf-seq", "1042")
+        .with_header("perf-ts", "1796025276000000");
+    let dest = parse_destination("/queue/orders").expect("a queue name");
+    let mut names = Names::default();
+    c.bench_function("stomp_convert/send_to_message", |b| {
+        b.iter(|| message_from_send(black_box(&frame), &dest, 1_796_025_276_000, &mut names))
+    });
+}
+
+criterion_group!(benches, bench_decode, bench_encode, bench_convert);
 criterion_main!(benches);

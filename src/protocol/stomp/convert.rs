@@ -87,6 +87,13 @@ const FRAME_HEADERS: &[&str] = &[
     "timestamp",
 ];
 
+/// The place of a broker header in `FRAME_HEADERS`, as a constant.
+macro_rules! slot {
+    ($name:literal) => {
+        const { slot_of($name) }
+    };
+}
+
 pub const GROUP_ID_HEADERS: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
 
 /// Builds the core message for a SEND. `now` is the broker clock in ms.
@@ -122,40 +129,66 @@ pub fn message_from_send(
     }
     message.properties = properties;
     message.durable = known
-        .get("persistent")
+        .get(slot!("persistent"))
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
-    if let Some(p) = known.get("priority") {
+    if let Some(p) = known.get(slot!("priority")) {
         message.priority = parse_num::<u8>("priority", p)?.min(9);
     }
     message.expires_at = expiry(&known, now)?;
-    message.content_type = known.text("content-type");
-    message.correlation_id = known.text("correlation-id");
-    message.reply_to = known.text("reply-to");
-    message.subject = known.text("subject");
-    message.message_id = known.text("message-id");
-    message.group_id = GROUP_ID_HEADERS.iter().find_map(|h| known.text(h));
-    if let Some(seq) = known.get("JMSXGroupSeq") {
+    message.content_type = known.text(slot!("content-type"));
+    message.correlation_id = known.text(slot!("correlation-id"));
+    message.reply_to = known.text(slot!("reply-to"));
+    message.subject = known.text(slot!("subject"));
+    message.message_id = known.text(slot!("message-id"));
+    message.group_id = [
+        slot!("JMSXGroupID"),
+        slot!("_AMQ_GROUP_ID"),
+        slot!("_HQ_GROUP_ID"),
+    ]
+    .into_iter()
+    .find_map(|h| known.text(h));
+    if let Some(seq) = known.get(slot!("JMSXGroupSeq")) {
         message.group_seq = Some(parse_group_seq(seq)?);
     }
     message.due_at = due_time(&known, now)?;
     Ok(message)
 }
 
-/// The broker headers of one SEND, found in a single pass.
+/// The broker headers of one SEND, found in a single pass, looked up by
+/// their place in `FRAME_HEADERS` (fixed at compile time by `slot!`: a
+/// lookup by name scanned that list a dozen times per message).
 #[derive(Default)]
 struct Known<'a> {
     values: [Option<&'a str>; FRAME_HEADERS.len()],
 }
 
 impl<'a> Known<'a> {
-    fn get(&self, name: &str) -> Option<&'a str> {
-        let index = FRAME_HEADERS.iter().position(|h| *h == name)?;
-        self.values[index]
+    fn get(&self, slot: usize) -> Option<&'a str> {
+        self.values[slot]
     }
 
-    fn text(&self, name: &str) -> Option<Arc<str>> {
-        self.get(name).filter(|v| !v.is_empty()).map(Arc::from)
+    fn text(&self, slot: usize) -> Option<Arc<str>> {
+        self.get(slot).filter(|v| !v.is_empty()).map(Arc::from)
     }
+}
+
+/// Where a header sits in `FRAME_HEADERS`; a name not in it fails the build.
+const fn slot_of(name: &str) -> usize {
+    let mut i = 0;
+    while i < FRAME_HEADERS.len() {
+        let (a, b) = (FRAME_HEADERS[i].as_bytes(), name.as_bytes());
+        if a.len() == b.len() {
+            let mut j = 0;
+            while j < a.len() && a[j] == b[j] {
+                j += 1;
+            }
+            if j == a.len() {
+                return i;
+            }
+        }
+        i += 1;
+    }
+    panic!("not in FRAME_HEADERS");
 }
 
 fn parse_num<T: std::str::FromStr>(header: &'static str, value: &str) -> Result<T, ConvertError> {
@@ -192,11 +225,11 @@ fn parse_group_seq(value: &str) -> Result<i32, ConvertError> {
 
 /// `expires` is absolute epoch ms (0 = never, as ActiveMQ); `ttl` is relative ms.
 fn expiry(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
-    if let Some(v) = frame.get("expires") {
+    if let Some(v) = frame.get(slot!("expires")) {
         let at: u64 = parse_num("expires", v)?;
         return Ok((at != 0).then_some(at));
     }
-    if let Some(v) = frame.get("ttl") {
+    if let Some(v) = frame.get(slot!("ttl")) {
         let ttl: u64 = parse_num("ttl", v)?;
         return Ok((ttl != 0).then_some(now.saturating_add(ttl)));
     }
@@ -210,8 +243,12 @@ const ABSURD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 /// relative ones. `Some(now)` for an explicit zero delay, which overrides a
 /// queue's default delay.
 fn due_time(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
-    for header in ["AMQ_SCHEDULED_TIME", "_AMQ_SCHED_DELIVERY"] {
-        if let Some(v) = frame.get(header) {
+    let absolute = [
+        ("AMQ_SCHEDULED_TIME", slot!("AMQ_SCHEDULED_TIME")),
+        ("_AMQ_SCHED_DELIVERY", slot!("_AMQ_SCHED_DELIVERY")),
+    ];
+    for (header, slot) in absolute {
+        if let Some(v) = frame.get(slot) {
             let at = delay_value(header, v)?;
             if at > now.saturating_add(ABSURD_MS) {
                 return Err(absurd(header, v));
@@ -220,12 +257,12 @@ fn due_time(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
         }
     }
     let relative = [
-        ("AMQ_SCHEDULED_DELAY", 1u64),
-        ("x-delay", 1),
-        ("delay", 1000),
+        ("AMQ_SCHEDULED_DELAY", slot!("AMQ_SCHEDULED_DELAY"), 1u64),
+        ("x-delay", slot!("x-delay"), 1),
+        ("delay", slot!("delay"), 1000),
     ];
-    for (header, unit) in relative {
-        if let Some(v) = frame.get(header) {
+    for (header, slot, unit) in relative {
+        if let Some(v) = frame.get(slot) {
             let ms = delay_value(header, v)?
                 .checked_mul(unit)
                 .ok_or_else(|| absurd(header, v))?;
