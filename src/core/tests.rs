@@ -562,15 +562,42 @@ async fn try_ack_acks_like_ack_when_the_queue_is_free() {
     ));
 }
 
+/// A broker whose queues hold producers back from 4 waiting messages (half
+/// of max_memory_messages = 8) and let them go at 2 (a quarter).
+fn flow_controlled(dir: &std::path::Path) -> Broker {
+    open(
+        dir,
+        QueueSettings {
+            max_memory_messages: 8,
+            ..QueueSettings::default()
+        },
+    )
+}
+
+/// One consumer with a window of one message on `queue`, then `count` sends.
+fn one_slow_consumer(
+    broker: &Broker,
+    queue: &str,
+    count: usize,
+) -> (Subscription, Deliveries, Vec<Completion>) {
+    let (tx, rx) = deliveries::channel();
+    let consumer = broker
+        .subscribe(queue, RoutingType::Anycast, window(1), tx)
+        .unwrap();
+    let sends = (0..count)
+        .map(|i| {
+            broker
+                .publish(msg(queue, &i.to_string(), None), RoutingType::Anycast)
+                .unwrap()
+        })
+        .collect();
+    (consumer, rx, sends)
+}
+
 #[tokio::test]
 async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room() {
     let dir = tempfile::tempdir().unwrap();
-    // Held back from 4 waiting messages (half of 8), let go at 2 (a quarter).
-    let settings = QueueSettings {
-        max_memory_messages: 8,
-        ..QueueSettings::default()
-    };
-    let broker = open(dir.path(), settings);
+    let broker = flow_controlled(dir.path());
     // No consumer: nobody to wait for, the queue just grows (and pages).
     for i in 0..12 {
         let sent = broker
@@ -582,18 +609,7 @@ async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room
             .unwrap();
     }
 
-    let (tx, mut rx) = deliveries::channel();
-    let consumer = broker
-        .subscribe("slow", RoutingType::Anycast, window(1), tx)
-        .unwrap();
-    let mut sends = Vec::new();
-    for i in 0..6 {
-        sends.push(
-            broker
-                .publish(msg("slow", &i.to_string(), None), RoutingType::Anycast)
-                .unwrap(),
-        );
-    }
+    let (consumer, mut rx, sends) = one_slow_consumer(&broker, "slow", 6);
     // One in flight, five waiting: the sends that found four or more held.
     let held: Vec<bool> = sends.iter().map(|s| !s.is_ready()).collect();
     assert_eq!(held, vec![false, false, false, false, true, true]);
@@ -640,25 +656,10 @@ async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room
 #[tokio::test]
 async fn held_sends_go_when_consumers_stop_taking_messages() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = QueueSettings {
-        max_memory_messages: 8,
-        ..QueueSettings::default()
-    };
-    let broker = open(dir.path(), settings);
+    let broker = flow_controlled(dir.path());
     // A client that sends everything before it reads (one thread): its
     // consumer never acks while it sends, so holding would deadlock it.
-    let (tx, _rx) = deliveries::channel();
-    let consumer = broker
-        .subscribe("stuck", RoutingType::Anycast, window(1), tx)
-        .unwrap();
-    let mut sends = Vec::new();
-    for i in 0..6 {
-        sends.push(
-            broker
-                .publish(msg("stuck", &i.to_string(), None), RoutingType::Anycast)
-                .unwrap(),
-        );
-    }
+    let (consumer, _rx, sends) = one_slow_consumer(&broker, "stuck", 6);
     assert!(
         !sends[5].is_ready(),
         "held while the consumer might catch up"
@@ -679,23 +680,9 @@ async fn held_sends_go_when_consumers_stop_taking_messages() {
 #[tokio::test]
 async fn holds_are_bounded_for_senders_that_never_wait() {
     let dir = tempfile::tempdir().unwrap();
-    let settings = QueueSettings {
-        max_memory_messages: 8,
-        ..QueueSettings::default()
-    };
-    let broker = open(dir.path(), settings);
-    let (tx, _rx) = deliveries::channel();
-    let consumer = broker
-        .subscribe("firehose", RoutingType::Anycast, window(1), tx)
-        .unwrap();
-    let mut queue = None;
-    for i in 0..30 {
-        broker
-            .publish(msg("firehose", &i.to_string(), None), RoutingType::Anycast)
-            .unwrap();
-        queue = queue.or_else(|| broker.queue("firehose"));
-    }
-    let stats = queue.unwrap().stats();
+    let broker = flow_controlled(dir.path());
+    let (consumer, _rx, _sends) = one_slow_consumer(&broker, "firehose", 30);
+    let stats = broker.queue("firehose").unwrap().stats();
     // One in flight, 29 waiting (the later ones paged); held from the fifth
     // send on, but never more holds than max_memory_messages.
     assert_eq!(stats.in_flight + stats.ready + stats.paged, 30);
