@@ -295,34 +295,30 @@ impl Writer {
     /// with that key exists), so nothing older under that key can be on disk.
     /// A delete of a record from an earlier batch (or run) is kept.
     fn build(&self, ops: &mut Vec<Op>) -> Option<WriteBatch> {
-        if !ops.iter().any(|op| matches!(op, Op::DeleteMessage { .. })) {
-            // Nothing acknowledged in this batch (a producer ahead of its
-            // consumers, delayed messages): nothing to pair up.
-            let mut batch = WriteBatch::default();
-            let any = !ops.is_empty();
-            for op in ops.drain(..) {
-                self.apply(&mut batch, op);
-            }
-            return any.then_some(batch);
-        }
-        let mut put_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
-            HashMap::default();
         let mut elided = vec![false; ops.len()];
-        for (i, op) in ops.iter().enumerate() {
-            match op {
-                Op::PutMessage { key, .. } => {
-                    put_at.insert(*key, i);
-                }
-                Op::DeleteMessage { key } => {
-                    if let Some(put) = put_at.remove(key) {
-                        elided[put] = true;
-                        elided[i] = true;
+        // Nothing acknowledged in this batch (a producer ahead of its
+        // consumers, delayed messages): nothing to pair up.
+        let ranges = if ops.iter().any(|op| matches!(op, Op::DeleteMessage { .. })) {
+            let mut put_at: HashMap<MessageKey, usize, foldhash::fast::RandomState> =
+                HashMap::default();
+            for (i, op) in ops.iter().enumerate() {
+                match op {
+                    Op::PutMessage { key, .. } => {
+                        put_at.insert(*key, i);
                     }
+                    Op::DeleteMessage { key } => {
+                        if let Some(put) = put_at.remove(key) {
+                            elided[put] = true;
+                            elided[i] = true;
+                        }
+                    }
+                    _ => {}
                 }
-                _ => {}
             }
-        }
-        let ranges = delete_ranges(ops, &mut elided, &put_at);
+            delete_ranges(ops, &mut elided, &put_at)
+        } else {
+            Vec::new()
+        };
         let mut batch = WriteBatch::default();
         let mut any = false;
         for (op, elided) in ops.drain(..).zip(elided) {
@@ -331,7 +327,7 @@ impl Writer {
                 any = true;
             }
         }
-        if let Some(cf) = self.db.cf_handle(super::rocks::CF_MESSAGES) {
+        if let Some(cf) = self.db.cf_handle(CF_MESSAGES) {
             for (from, to) in ranges {
                 batch.delete_range_cf(cf, from.encode(), to.encode());
                 any = true;
@@ -344,37 +340,37 @@ impl Writer {
         let cf = |name| self.db.cf_handle(name);
         match op {
             Op::PutMessage { key, record } => {
-                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                if let Some(cf) = cf(CF_MESSAGES) {
                     batch.put_cf(cf, key.encode(), record);
                 }
             }
             Op::DeleteMessage { key } => {
-                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                if let Some(cf) = cf(CF_MESSAGES) {
                     batch.delete_cf(cf, key.encode());
                 }
             }
             Op::PutScheduled { key, record } => {
-                if let Some(cf) = cf(super::rocks::CF_SCHEDULED) {
+                if let Some(cf) = cf(CF_SCHEDULED) {
                     batch.put_cf(cf, key.encode(), record);
                 }
             }
             Op::DeleteScheduled { key } => {
-                if let Some(cf) = cf(super::rocks::CF_SCHEDULED) {
+                if let Some(cf) = cf(CF_SCHEDULED) {
                     batch.delete_cf(cf, key.encode());
                 }
             }
             Op::PutQueue { name, record } => {
-                if let Some(cf) = cf(super::rocks::CF_QUEUES) {
+                if let Some(cf) = cf(CF_QUEUES) {
                     batch.put_cf(cf, name.as_bytes(), record);
                 }
             }
             Op::DeleteQueue { name } => {
-                if let Some(cf) = cf(super::rocks::CF_QUEUES) {
+                if let Some(cf) = cf(CF_QUEUES) {
                     batch.delete_cf(cf, name.as_bytes());
                 }
             }
             Op::PurgeQueue { queue } => {
-                if let Some(cf) = cf(super::rocks::CF_MESSAGES) {
+                if let Some(cf) = cf(CF_MESSAGES) {
                     let from = MessageKey { queue, seq: 0 }.encode();
                     // The end bound is exclusive: one byte past the queue's last key.
                     let mut to = MessageKey {
