@@ -390,8 +390,14 @@ where
                     self.cx.pending_acks.apply();
                 }
                 Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
-                    if let Some(session) = self.sessions.get_mut(&settled.channel) {
-                        session.settled(&mut self.cx, settled);
+                    self.settled(settled);
+                    // One disk write completes a whole window of transfers at once: answer
+                    // them all with one flush (ranged dispositions), not a write each.
+                    for _ in 0..1024 {
+                        match self.cx.waiting.next().now_or_never() {
+                            Some(Some(settled)) => self.settled(settled),
+                            _ => break,
+                        }
                     }
                 }
                 _ = ticker.tick() => {
@@ -414,6 +420,13 @@ where
             if !self.cx.out.is_empty() {
                 self.flush().await?;
             }
+        }
+    }
+
+    /// A disk write (or transaction) finished for a transfer the peer sent.
+    fn settled(&mut self, settled: Settled) {
+        if let Some(session) = self.sessions.get_mut(&settled.channel) {
+            session.settled(&mut self.cx, settled);
         }
     }
 
