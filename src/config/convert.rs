@@ -27,6 +27,7 @@ const DEFAULT_NAME: &str = "weir";
 const DEFAULT_DATA_DIR: &str = "./weir-data";
 const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(2);
 const DEFAULT_MAX_BATCH: u64 = 1_000;
+const DEFAULT_HOLD_FOR_ACK: Duration = Duration::from_millis(5);
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
@@ -236,9 +237,23 @@ fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
         100_000,
         &key.field("max_batch"),
     )?;
+    let hold_key = key.field("hold_for_ack");
+    let hold_for_ack = duration_or(raw.hold_for_ack.as_ref(), DEFAULT_HOLD_FOR_ACK, &hold_key)?;
+    let hold_max = Duration::from_secs(1);
+    if hold_for_ack > hold_max {
+        return Err(ConfigError::key(
+            hold_key,
+            Problem::DurationOutOfRange {
+                min: Duration::from_micros(1),
+                max: hold_max,
+                zero_allowed: true,
+            },
+        ));
+    }
     Ok(StoreConfig {
         fsync,
         max_batch: to_usize(max_batch),
+        hold_for_ack,
     })
 }
 

@@ -77,6 +77,9 @@ pub struct StoreConfig {
     pub fsync: FsyncPolicy,
     /// Most messages written by one group commit.
     pub max_batch: usize,
+    /// How long a new durable message may stay unwritten waiting for its
+    /// consumer's acknowledgement; zero for never.
+    pub hold_for_ack: Duration,
 }
 
 /// When a durable write is on disk, and so when its receipt may go out.

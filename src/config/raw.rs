@@ -72,6 +72,7 @@ pub(super) struct RawStore {
     pub fsync: Option<RawFsync>,
     pub batch_window: Option<RawDuration>,
     pub max_batch: Option<u64>,
+    pub hold_for_ack: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -203,6 +203,10 @@ fn value_errors_name_the_key() {
             "config: store.max_batch: must be between 1 and 100000",
         ),
         (
+            "[store]\nhold_for_ack = \"2s\"",
+            "config: store.hold_for_ack: must be 0 or between 1us and 1s",
+        ),
+        (
             "[connection_factories.f]\nautogroup = true\ngroup_id = \"g\"",
             "config: connection_factories.f: set autogroup or group_id, not both",
         ),
@@ -387,7 +391,12 @@ fn fsync_policies() {
                 window: Duration::from_micros(500)
             },
             max_batch: 64,
+            hold_for_ack: Duration::from_millis(5),
         }
+    );
+    assert_eq!(
+        load("[store]\nhold_for_ack = \"0\"").store().hold_for_ack,
+        Duration::ZERO
     );
 }
 

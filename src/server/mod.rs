@@ -54,6 +54,7 @@ pub fn store_options(config: &Config) -> StoreOptions {
     StoreOptions {
         fsync,
         max_batch: config.store().max_batch,
+        hold_for_ack: config.store().hold_for_ack,
         ..StoreOptions::default()
     }
 }

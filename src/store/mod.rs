@@ -1,7 +1,9 @@
 //! RocksDB persistence: the core hands it opaque records keyed by queue and
 //! sequence; it never interprets a message.
 
+mod holding;
 mod keys;
+mod release;
 mod rocks;
 mod writer;
 

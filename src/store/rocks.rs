@@ -2,6 +2,7 @@
 //! (recovery at start, paging a deep queue back in, scanning due times).
 
 use super::keys::{MessageKey, ScheduleKey};
+use super::holding::Holding;
 use super::writer::{Completion, FsyncPolicy, Op, OpList, Submission, Writer};
 use super::StoreError;
 use bytes::Bytes;
@@ -25,6 +26,10 @@ pub struct StoreOptions {
     /// After this long without a write, memtables are flushed and the memory
     /// they held is handed back (see `Writer::release_memory`).
     pub idle_flush_after: std::time::Duration,
+    /// How long a new durable message may wait unwritten for its consumer's
+    /// acknowledgement (if it comes, the message is never written); zero
+    /// writes every message with the next commit. See `holding`.
+    pub hold_for_ack: std::time::Duration,
 }
 
 impl Default for StoreOptions {
@@ -34,6 +39,7 @@ impl Default for StoreOptions {
             max_batch: 4096,
             queue_depth: 65_536,
             idle_flush_after: std::time::Duration::from_secs(3),
+            hold_for_ack: std::time::Duration::from_millis(5),
         }
     }
 }
@@ -110,6 +116,7 @@ impl Store {
                     max_batch: options.max_batch,
                     idle_flush_after: options.idle_flush_after,
                     idle_flush: None,
+                    holding: Holding::new(options.hold_for_ack),
                 }
                 .run(rx)
             })
@@ -310,6 +317,7 @@ mod tests {
         Op::PutMessage {
             key: MessageKey { queue, seq },
             record: Bytes::from(vec![seq as u8]),
+            consumable: true,
         }
     }
 
@@ -438,5 +446,96 @@ mod tests {
         drop(store);
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
         assert_eq!(seqs(&store, 1), vec![3, 4]);
+    }
+
+    fn holding(window_ms: u64) -> StoreOptions {
+        StoreOptions {
+            hold_for_ack: std::time::Duration::from_millis(window_ms),
+            ..StoreOptions::default()
+        }
+    }
+
+    fn stored_put(queue: u32, seq: u64) -> Op {
+        match put(queue, seq) {
+            Op::PutMessage { key, record, .. } => Op::PutMessage {
+                key,
+                record,
+                consumable: false,
+            },
+            other => other,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_held_message_acknowledged_in_time_is_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(60_000)).unwrap();
+        let sent = store.submit(put(1, 1));
+        // Long after the commit that would have written it, still unconfirmed:
+        // it is kept back, not on disk.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert!(seqs(&store, 1).is_empty());
+        store.submit_detached(delete(1, 1));
+        tokio::time::timeout(std::time::Duration::from_secs(5), sent.wait())
+            .await
+            .expect("confirmed once consumed")
+            .unwrap();
+        drop(store);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert!(seqs(&store, 1).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_held_message_nobody_acknowledges_is_written_when_its_time_is_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(20)).unwrap();
+        let started = std::time::Instant::now();
+        store.submit(put(1, 1)).wait().await.unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(20));
+        assert_eq!(seqs(&store, 1), vec![1]);
+        drop(store);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(seqs(&store, 1), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn confirmations_keep_submission_order_past_a_held_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(60_000)).unwrap();
+        let held = store.submit(put(1, 1));
+        // Paged straight to disk: written at once, but not confirmed before
+        // the held message that came first.
+        let mut paged = Box::pin(store.submit(stored_put(2, 1)).wait());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        assert_eq!(seqs(&store, 2), vec![1]);
+        assert!(futures_util::poll!(paged.as_mut()).is_pending());
+        store.submit_detached(delete(1, 1));
+        held.wait().await.unwrap();
+        paged.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn held_messages_are_written_before_the_store_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(60_000)).unwrap();
+        let sent = store.submit(put(1, 1));
+        drop(store);
+        sent.wait().await.unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert_eq!(seqs(&store, 1), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_purge_is_not_overtaken_by_a_held_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(60_000)).unwrap();
+        let sent = store.submit(put(1, 1));
+        store
+            .submit(Op::PurgeQueue { queue: 1 })
+            .wait()
+            .await
+            .unwrap();
+        sent.wait().await.unwrap();
+        assert!(seqs(&store, 1).is_empty());
     }
 }

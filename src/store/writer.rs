@@ -2,13 +2,15 @@
 //! connections share one WriteBatch and one fsync (group commit), and the
 //! changes of one queue reach RocksDB in the order the core made them.
 
+use super::holding::Holding;
 use super::keys::{MessageKey, ScheduleKey};
+use super::release::{Releases, Ticket};
 use super::rocks::{CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
 use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -30,6 +32,11 @@ pub enum Op {
     PutMessage {
         key: MessageKey,
         record: Bytes,
+        /// The queue keeps it in memory for its consumers, so it may be
+        /// acknowledged before it is written (see `holding`). False for a
+        /// message paged straight to disk: the queue reads those back in
+        /// order, so they are written in order, at once.
+        consumable: bool,
     },
     DeleteMessage {
         key: MessageKey,
@@ -166,57 +173,95 @@ pub(super) struct Writer {
     /// The last idle flush: one at a time, and joined before the writer ends
     /// (it holds the DB open).
     pub idle_flush: Option<std::thread::JoinHandle<()>>,
+    pub holding: Holding,
+}
+
+/// A submission on its way through the writer.
+struct Queued {
+    ops: OpList,
+    ticket: Option<Ticket>,
+    /// When the writer first kept it back for its consumer (see `holding`).
+    held_since: Option<Instant>,
+}
+
+impl Queued {
+    fn op_count(&self) -> usize {
+        match &self.ops {
+            OpList::One(_) => 1,
+            OpList::Many(ops) => ops.len(),
+        }
+    }
+}
+
+/// One group commit, ready to go.
+struct Commit {
+    batch: Option<WriteBatch>,
+    /// The submissions it settles (written, or cancelled out).
+    settles: Vec<Ticket>,
 }
 
 impl Writer {
     pub fn run(mut self, rx: Receiver<Submission>) {
-        let mut pending: Vec<oneshot::Sender<Result<(), Arc<StoreError>>>> = Vec::new();
-        let mut ops: Vec<Op> = Vec::new();
+        let mut releases = Releases::default();
+        // Submissions for the next commit; those kept back from the last one first.
+        let mut queued: Vec<Queued> = Vec::new();
         // Something was written since the last idle flush.
         let mut dirty = false;
-        loop {
-            let first = if dirty {
-                match rx.recv_timeout(self.idle_flush_after) {
-                    Ok(s) => s,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.release_memory();
-                        dirty = false;
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => break,
-                }
-            } else {
-                match rx.recv() {
-                    Ok(s) => s,
-                    Err(_) => break,
-                }
+        let mut open = true;
+        while open {
+            let held_until = queued
+                .iter()
+                .filter_map(|q| q.held_since)
+                .min()
+                .map(|since| self.holding.deadline(since));
+            let first = match held_until {
+                Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
+                None if dirty => rx.recv_timeout(self.idle_flush_after),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
-            let mut count = 0usize;
-            self.add(&mut ops, first, &mut pending, &mut count);
+            match first {
+                Ok(s) => queued.push(enqueue(s, &mut releases)),
+                // Quiet, and nothing kept back: give memory back.
+                Err(RecvTimeoutError::Timeout) if held_until.is_none() => {
+                    self.release_memory();
+                    dirty = false;
+                    continue;
+                }
+                // A message kept back is due.
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => open = false,
+            }
+            let mut count: usize = queued.iter().map(Queued::op_count).sum();
             let deadline = match self.policy {
                 FsyncPolicy::Batched { window } => Some(Instant::now() + window),
                 _ => None,
             };
-            while count < self.max_batch {
+            while open && count < self.max_batch {
                 let next = match deadline {
                     Some(deadline) => {
-                        let left = deadline.saturating_duration_since(Instant::now());
-                        match rx.recv_timeout(left) {
-                            Ok(s) => s,
-                            Err(RecvTimeoutError::Timeout) => break,
-                            Err(RecvTimeoutError::Disconnected) => break,
-                        }
+                        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
                     }
-                    None => match rx.try_recv() {
-                        Ok(s) => s,
-                        Err(_) => break,
-                    },
+                    None => rx.try_recv().map_err(|e| match e {
+                        TryRecvError::Empty => RecvTimeoutError::Timeout,
+                        TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                    }),
                 };
-                self.add(&mut ops, next, &mut pending, &mut count);
+                match next {
+                    Ok(s) => {
+                        let q = enqueue(s, &mut releases);
+                        count += q.op_count();
+                        queued.push(q);
+                    }
+                    Err(RecvTimeoutError::Timeout) => break,
+                    Err(RecvTimeoutError::Disconnected) => open = false,
+                }
             }
+            // On the way out nothing is kept back.
+            let commit = self.build(&mut queued, Instant::now(), open);
             // Nothing left (every message of the batch already consumed): no
             // write and no fsync, there is nothing whose loss a crash could cause.
-            let result = match self.build(&mut ops) {
+            let wrote = commit.batch.is_some();
+            let result = match commit.batch {
                 None => Ok(()),
                 Some(batch) => {
                     dirty = true;
@@ -228,8 +273,15 @@ impl Writer {
                     })
                 }
             };
-            for done in pending.drain(..) {
-                let _ = done.send(result.clone());
+            for ticket in commit.settles {
+                releases.resolve(ticket, result.clone());
+            }
+            releases.release();
+            if !wrote && !queued.is_empty() && open {
+                // Only messages kept back and their cancelled pairs: without an
+                // fsync to wait for, the next commit would otherwise be a wake-up
+                // per submission. Let some gather (well within the hold window).
+                std::thread::sleep(self.holding.gather_pause());
             }
         }
         if let Some(flush) = self.idle_flush.take() {
@@ -265,36 +317,37 @@ impl Writer {
         }
     }
 
-    fn add(
-        &self,
-        ops: &mut Vec<Op>,
-        submission: Submission,
-        pending: &mut Vec<oneshot::Sender<Result<(), Arc<StoreError>>>>,
-        count: &mut usize,
-    ) {
-        match submission.ops {
-            OpList::One(op) => {
-                *count += 1;
-                ops.push(op);
-            }
-            OpList::Many(mut many) => {
-                *count += many.len();
-                ops.append(&mut many);
+    /// One WriteBatch for the queued ops, in order; its `batch` is `None` when
+    /// nothing is left to write. A message stored and then acknowledged within
+    /// the same commit (a consumer that keeps up) is not written at all: neither
+    /// its put nor its delete reaches RocksDB. Dropping the delete is safe
+    /// because a message key is put once only (sequences are never reused while
+    /// a record with that key exists), so nothing older under that key can be
+    /// on disk. A delete of a record from an earlier commit (or run) is kept.
+    ///
+    /// New messages of queues whose consumers keep up are kept back in
+    /// `queued` for the next commit (`may_hold`; see `holding`), unless the
+    /// commit purges or deletes a queue, whose order they must not cross.
+    fn build(&mut self, queued: &mut Vec<Queued>, now: Instant, may_hold: bool) -> Commit {
+        let count: usize = queued.iter().map(Queued::op_count).sum();
+        let mut ops: Vec<Op> = Vec::with_capacity(count);
+        // Per op, the submission it came in.
+        let mut owner: Vec<usize> = Vec::with_capacity(count);
+        let mut submissions: Vec<(Option<Ticket>, Option<Instant>, bool)> =
+            Vec::with_capacity(queued.len());
+        for (i, q) in queued.drain(..).enumerate() {
+            submissions.push((q.ticket, q.held_since, matches!(q.ops, OpList::One(_))));
+            match q.ops {
+                OpList::One(op) => {
+                    ops.push(op);
+                    owner.push(i);
+                }
+                OpList::Many(many) => {
+                    owner.extend(std::iter::repeat_n(i, many.len()));
+                    ops.extend(many);
+                }
             }
         }
-        if let Some(done) = submission.done {
-            pending.push(done);
-        }
-    }
-
-    /// One WriteBatch for the gathered ops, in order; `None` when nothing is
-    /// left to write. A message stored and then acknowledged within the same
-    /// batch (a consumer that keeps up) is not written at all: neither its put
-    /// nor its delete reaches RocksDB. Dropping the delete is safe because a
-    /// message key is put once only (sequences are never reused while a record
-    /// with that key exists), so nothing older under that key can be on disk.
-    /// A delete of a record from an earlier batch (or run) is kept.
-    fn build(&self, ops: &mut Vec<Op>) -> Option<WriteBatch> {
         let mut elided = vec![false; ops.len()];
         // Nothing acknowledged in this batch (a producer ahead of its
         // consumers, delayed messages): nothing to pair up.
@@ -315,14 +368,22 @@ impl Writer {
                     _ => {}
                 }
             }
-            delete_ranges(ops, &mut elided, &put_at)
+            delete_ranges(&ops, &mut elided, &put_at)
         } else {
             Vec::new()
         };
+        let held = self.keep_back(&ops, &owner, &elided, &submissions, now, may_hold);
         let mut batch = WriteBatch::default();
         let mut any = false;
-        for (op, elided) in ops.drain(..).zip(elided) {
-            if !elided {
+        for ((op, elided), i) in ops.drain(..).zip(elided).zip(owner) {
+            if held[i] {
+                let since = submissions[i].1.unwrap_or(now);
+                queued.push(Queued {
+                    ops: OpList::One(op),
+                    ticket: submissions[i].0,
+                    held_since: Some(since),
+                });
+            } else if !elided {
                 self.apply(&mut batch, op);
                 any = true;
             }
@@ -333,13 +394,87 @@ impl Writer {
                 any = true;
             }
         }
-        any.then_some(batch)
+        let settles = submissions
+            .iter()
+            .zip(held)
+            .filter(|(_, held)| !held)
+            .filter_map(|((ticket, _, _), _)| *ticket)
+            .collect();
+        Commit {
+            batch: any.then_some(batch),
+            settles,
+        }
+    }
+
+    /// Which submissions (by index) stay back for the next commit: a single
+    /// new message not cancelled out here, of a queue worth holding, within
+    /// its window. Learns from how the messages held last time fared.
+    fn keep_back(
+        &mut self,
+        ops: &[Op],
+        owner: &[usize],
+        elided: &[bool],
+        submissions: &[(Option<Ticket>, Option<Instant>, bool)],
+        now: Instant,
+        may_hold: bool,
+    ) -> Vec<bool> {
+        let mut held = vec![false; submissions.len()];
+        // (queue, held messages consumed, held messages out of time)
+        let mut outcomes: Vec<(u32, usize, usize)> = Vec::new();
+        let mut reorders = false;
+        for (i, op) in ops.iter().enumerate() {
+            match op {
+                Op::PurgeQueue { queue } => {
+                    self.holding.forget(*queue);
+                    reorders = true;
+                }
+                Op::DeleteQueue { .. } => reorders = true,
+                Op::PutMessage { key, .. } => {
+                    let Some(since) = submissions[owner[i]].1 else { continue };
+                    let consumed = elided[i];
+                    let out_of_time = !consumed && !self.holding.within_window(since, now);
+                    match outcomes.iter_mut().find(|(q, _, _)| *q == key.queue) {
+                        Some(o) => {
+                            o.1 += usize::from(consumed);
+                            o.2 += usize::from(out_of_time);
+                        }
+                        None => outcomes.push((
+                            key.queue,
+                            usize::from(consumed),
+                            usize::from(out_of_time),
+                        )),
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (queue, consumed, written) in outcomes {
+            self.holding.learn(queue, consumed, written, now);
+        }
+        if !may_hold || reorders {
+            return held;
+        }
+        for (i, op) in ops.iter().enumerate() {
+            let Op::PutMessage {
+                key, consumable, ..
+            } = op
+            else {
+                continue;
+            };
+            let (_, since, alone) = submissions[owner[i]];
+            held[owner[i]] = alone
+                && *consumable
+                && !elided[i]
+                && self.holding.may_hold(key.queue, now)
+                && since.is_none_or(|since| self.holding.within_window(since, now));
+        }
+        held
     }
 
     fn apply(&self, batch: &mut WriteBatch, op: Op) {
         let cf = |name| self.db.cf_handle(name);
         match op {
-            Op::PutMessage { key, record } => {
+            Op::PutMessage { key, record, .. } => {
                 if let Some(cf) = cf(CF_MESSAGES) {
                     batch.put_cf(cf, key.encode(), record);
                 }
@@ -384,6 +519,15 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+/// Takes a submission in, with its place in the release order.
+fn enqueue(submission: Submission, releases: &mut Releases) -> Queued {
+    Queued {
+        ops: submission.ops,
+        ticket: submission.done.map(|done| releases.enqueue(done)),
+        held_since: None,
     }
 }
 

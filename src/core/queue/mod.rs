@@ -267,6 +267,7 @@ impl Queue {
                         seq,
                     },
                     record,
+                    consumable: false,
                 };
                 let completion = self.write(Some(put), also);
                 self.hold_back(&mut st, completion, &mut after)
@@ -277,6 +278,7 @@ impl Queue {
                         seq,
                     },
                     record,
+                    consumable: true,
                 });
                 let completion = self.write(put, also);
                 let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
