@@ -747,7 +747,9 @@ impl Queue {
         if !self.may_dispatch(st, after) {
             return;
         }
-        let now = now_ms();
+        // Read the clock only for a message that can expire: most cannot, and
+        // dispatch runs on every publish and every ack.
+        let mut now: Option<u64> = None;
         // Reused between calls: dispatch runs on every publish and every ack.
         let mut starved = std::mem::take(&mut st.starved);
         starved.clear();
@@ -781,7 +783,9 @@ impl Queue {
                 starved[index] = true;
                 continue;
             };
-            if entry.message.is_expired_at(now) {
+            if entry.message.expires_at.is_some()
+                && entry.message.is_expired_at(*now.get_or_insert_with(now_ms))
+            {
                 self.forget(&entry);
                 after.diverted.push((entry.message, Diversion::Expired));
                 continue;
@@ -872,7 +876,7 @@ impl Queue {
             || self.settings.consumers_before_dispatch > 0
             || st.deleted
             || st.ready.has_lane(lane)
-            || message.is_expired_at(now_ms())
+            || (message.expires_at.is_some() && message.is_expired_at(now_ms()))
         {
             return None;
         }

@@ -359,6 +359,8 @@ where
         loop {
             tokio::select! {
                 item = self.framed.next() => {
+                    // Once per wake-up, not per frame: the idle check needs no finer clock.
+                    self.last_read = Instant::now();
                     if self.inbound(item)? {
                         // The peer closed or went away: what we owe it goes out if it can.
                         let _ = self.flush().await;
@@ -435,7 +437,6 @@ where
         &mut self,
         item: Option<Result<Inbound, AmqpCodecError>>,
     ) -> Result<bool, ConnError> {
-        self.last_read = Instant::now();
         match item {
             None => Ok(true),
             Some(Err(e)) => Err(e.into()),

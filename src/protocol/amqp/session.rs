@@ -325,10 +325,12 @@ impl Session {
                 .group_first
                 .then(|| d.queue.settings().group_first_key.as_deref())
                 .flatten();
+            // The clock only matters for the remaining time-to-live.
+            let now = d.message.expires_at.map_or(0, |_| now_ms());
             convert::outbound(
                 &d.message,
                 d.delivery_count,
-                now_ms(),
+                now,
                 first_key,
                 &mut payload,
             );
