@@ -689,3 +689,57 @@ async fn holds_are_bounded_for_senders_that_never_wait() {
     assert_eq!(stats.held_sends, 8);
     drop(consumer);
 }
+
+/// The store may keep a durable message back for its consumer's
+/// acknowledgement, but only on a queue that has a consumer.
+#[tokio::test]
+async fn a_durable_message_waits_for_its_consumer_only_if_there_is_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path(),
+        StoreOptions {
+            hold_for_ack: std::time::Duration::from_secs(60),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let broker = Broker::open(
+        store,
+        BrokerOptions::with_queue_settings(QueueSettings::default()),
+    )
+    .unwrap();
+    let durable = |body: &str| Message {
+        durable: true,
+        ..msg("held", body, None)
+    };
+    let in_time = std::time::Duration::from_secs(5);
+    // Nobody could acknowledge it first: written and confirmed at once.
+    let lonely = broker.publish(durable("0"), RoutingType::Anycast).unwrap();
+    tokio::time::timeout(in_time, lonely.wait())
+        .await
+        .expect("confirmed without a consumer")
+        .unwrap();
+    let (tx, mut rx) = deliveries::channel();
+    let consumer = broker
+        .subscribe("held", RoutingType::Anycast, window(10), tx)
+        .unwrap();
+    let first = drain(&mut rx);
+    assert_eq!(first.len(), 1);
+    // With a consumer: kept back until the consumer acknowledges it.
+    let mut sent = Box::pin(
+        broker
+            .publish(durable("1"), RoutingType::Anycast)
+            .unwrap()
+            .wait(),
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(futures_util::poll!(sent.as_mut()).is_pending());
+    let got = drain(&mut rx);
+    assert_eq!(got.len(), 1);
+    got[0].queue.ack(got[0].consumer, &[got[0].seq]).unwrap();
+    tokio::time::timeout(in_time, sent)
+        .await
+        .expect("confirmed once consumed")
+        .unwrap();
+    drop((consumer, broker));
+}

@@ -43,7 +43,11 @@ impl Releases {
 
     /// Sends every outcome that no earlier unresolved submission holds up.
     pub fn release(&mut self) {
-        while self.slots.front().is_some_and(|(_, outcome)| outcome.is_some()) {
+        while self
+            .slots
+            .front()
+            .is_some_and(|(_, outcome)| outcome.is_some())
+        {
             if let Some((done, Some(outcome))) = self.slots.pop_front() {
                 let _ = done.send(outcome);
             }

@@ -1,8 +1,8 @@
 //! Opening RocksDB, submitting changes to the writer, and the read paths
 //! (recovery at start, paging a deep queue back in, scanning due times).
 
-use super::keys::{MessageKey, ScheduleKey};
 use super::holding::Holding;
+use super::keys::{MessageKey, ScheduleKey};
 use super::writer::{Completion, FsyncPolicy, Op, OpList, Submission, Writer};
 use super::StoreError;
 use bytes::Bytes;

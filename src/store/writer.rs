@@ -32,10 +32,11 @@ pub enum Op {
     PutMessage {
         key: MessageKey,
         record: Bytes,
-        /// The queue keeps it in memory for its consumers, so it may be
+        /// The queue keeps it in memory and has consumers, so it may be
         /// acknowledged before it is written (see `holding`). False for a
-        /// message paged straight to disk: the queue reads those back in
-        /// order, so they are written in order, at once.
+        /// queue without consumers, and for a message paged straight to disk:
+        /// the queue reads those back in order, so they are written in order,
+        /// at once.
         consumable: bool,
     },
     DeleteMessage {
@@ -430,7 +431,9 @@ impl Writer {
                 }
                 Op::DeleteQueue { .. } => reorders = true,
                 Op::PutMessage { key, .. } => {
-                    let Some(since) = submissions[owner[i]].1 else { continue };
+                    let Some(since) = submissions[owner[i]].1 else {
+                        continue;
+                    };
                     let consumed = elided[i];
                     let out_of_time = !consumed && !self.holding.within_window(since, now);
                     match outcomes.iter_mut().find(|(q, _, _)| *q == key.queue) {

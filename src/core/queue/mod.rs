@@ -272,13 +272,16 @@ impl Queue {
                 let completion = self.write(Some(put), also);
                 self.hold_back(&mut st, completion, &mut after)
             } else {
+                // Without a consumer nothing can acknowledge it before it is
+                // written: the store need not wait for one.
+                let consumable = Self::has_consumers(&st);
                 let put = record.map(|record| Op::PutMessage {
                     key: MessageKey {
                         queue: self.id,
                         seq,
                     },
                     record,
-                    consumable: true,
+                    consumable,
                 });
                 let completion = self.write(put, also);
                 let owner = lane.as_deref().and_then(|l| st.groups.owner(l));

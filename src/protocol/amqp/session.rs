@@ -327,13 +327,7 @@ impl Session {
                 .flatten();
             // The clock only matters for the remaining time-to-live.
             let now = d.message.expires_at.map_or(0, |_| now_ms());
-            convert::outbound(
-                &d.message,
-                d.delivery_count,
-                now,
-                first_key,
-                &mut payload,
-            );
+            convert::outbound(&d.message, d.delivery_count, now, first_key, &mut payload);
             let frames = send_transfer(
                 cx,
                 self.channel,
