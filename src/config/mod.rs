@@ -44,6 +44,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// Already folded into the settings table as the base of `auto_create`.
     pub auto_create_queues: bool,
+    /// Threads that run the connections (the async runtime's workers).
+    pub worker_threads: usize,
 }
 
 /// The two well-known acceptors (`None` = off) and any extra listeners.

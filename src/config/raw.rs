@@ -32,6 +32,7 @@ pub(super) struct RawBroker {
     pub name: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub auto_create_queues: Option<bool>,
+    pub worker_threads: Option<u64>,
 }
 
 /// `None` takes the default address; an empty string turns the acceptor off.

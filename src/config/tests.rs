@@ -203,6 +203,10 @@ fn value_errors_name_the_key() {
             "config: store.max_batch: must be between 1 and 100000",
         ),
         (
+            "[broker]\nworker_threads = 0",
+            "config: broker.worker_threads: must be between 1 and 1024",
+        ),
+        (
             "[store]\nhold_for_ack = \"2s\"",
             "config: store.hold_for_ack: must be 0 or between 1us and 1s",
         ),
@@ -446,5 +450,15 @@ fn grouping_handler_parses_either_case() {
             address: "jms".to_owned(),
             timeout: Duration::from_secs(5),
         })
+    );
+}
+
+#[test]
+fn worker_threads_default_to_half_the_cores() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(load("").broker().worker_threads, (cores / 2).max(1));
+    assert_eq!(
+        load("[broker]\nworker_threads = 3").broker().worker_threads,
+        3
     );
 }
