@@ -7,7 +7,11 @@ use crate::store::{Completion, Store, StoreOptions};
 use std::sync::Arc;
 
 fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
-    let store = Store::open(dir, StoreOptions::default()).unwrap();
+    open_with_store(dir, settings, StoreOptions::default())
+}
+
+fn open_with_store(dir: &std::path::Path, settings: QueueSettings, store: StoreOptions) -> Broker {
+    let store = Store::open(dir, store).unwrap();
     Broker::open(store, BrokerOptions::with_queue_settings(settings)).unwrap()
 }
 
@@ -695,19 +699,14 @@ async fn holds_are_bounded_for_senders_that_never_wait() {
 #[tokio::test]
 async fn a_durable_message_waits_for_its_consumer_only_if_there_is_one() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(
+    let broker = open_with_store(
         dir.path(),
+        QueueSettings::default(),
         StoreOptions {
             hold_for_ack: std::time::Duration::from_secs(60),
             ..StoreOptions::default()
         },
-    )
-    .unwrap();
-    let broker = Broker::open(
-        store,
-        BrokerOptions::with_queue_settings(QueueSettings::default()),
-    )
-    .unwrap();
+    );
     let durable = |body: &str| Message {
         durable: true,
         ..msg("held", body, None)
