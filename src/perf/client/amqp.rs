@@ -841,8 +841,8 @@ fn parse_stamp(payload: Bytes, run_id: u64) -> Option<Stamp> {
         return Some(stamp);
     }
     let view = MessageView::parse(payload).ok()?;
-    let props = view.application_properties()?;
-    let get = |name: &str| map_get(props, name).and_then(number);
+    let props = view.application_properties().ok()??;
+    let get = |name: &str| map_get(&props, name).and_then(number);
     if get(headers::RUN)? != run_id {
         return None;
     }

@@ -22,6 +22,7 @@
 //! | due_at          | annotation x-opt-delivery-time (abs) / x-opt-delivery-delay (rel), or app-properties AMQ_SCHEDULED_TIME, _AMQ_SCHED_DELIVERY, AMQ_SCHEDULED_DELAY, x-delay, delay (s) | same names |
 //! | properties      | application-properties (typed)                          | other headers (strings) |
 
+use super::error::AmqpCodecError;
 use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
 use super::types::{Map, Str, Symbol, Value as AmqpValue};
 use crate::core::message::{Message, Value, WireForm};
@@ -40,13 +41,26 @@ pub const DELIVERY_DELAY: &str = "x-opt-delivery-delay";
 const GROUP_ID_PROPERTIES: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
 
 /// Why an AMQP message cannot become a core message (rejected with `amqp:invalid-field`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
     #[error("invalid {field}: {why}")]
     InvalidField {
         field: &'static str,
         why: &'static str,
     },
+    /// The application properties do not decode (rejected with `amqp:decode-error`).
+    #[error("application-properties: {0}")]
+    Malformed(AmqpCodecError),
+}
+
+impl ConvertError {
+    /// The AMQP error condition to reject the message with.
+    pub fn condition(&self) -> &'static str {
+        match self {
+            ConvertError::InvalidField { .. } => super::error::condition::INVALID_FIELD,
+            ConvertError::Malformed(e) => e.condition(),
+        }
+    }
 }
 
 fn invalid(field: &'static str, why: &'static str) -> ConvertError {
@@ -140,21 +154,44 @@ fn as_i64(v: &AmqpValue) -> Option<i64> {
     }
 }
 
+/// The application properties that schedule a message, first occurrence of each.
+#[derive(Default)]
+struct ScheduleProperties {
+    scheduled_time: Option<AmqpValue>,
+    sched_delivery: Option<AmqpValue>,
+    scheduled_delay: Option<AmqpValue>,
+    x_delay: Option<AmqpValue>,
+    delay: Option<AmqpValue>,
+}
+
+impl ScheduleProperties {
+    fn note(&mut self, name: &str, value: &AmqpValue) {
+        let slot = match name {
+            "AMQ_SCHEDULED_TIME" => &mut self.scheduled_time,
+            "_AMQ_SCHED_DELIVERY" => &mut self.sched_delivery,
+            "AMQ_SCHEDULED_DELAY" => &mut self.scheduled_delay,
+            "x-delay" => &mut self.x_delay,
+            "delay" => &mut self.delay,
+            _ => return,
+        };
+        if slot.is_none() {
+            *slot = Some(value.clone());
+        }
+    }
+}
+
 /// The due time: `x-opt-delivery-time` (absolute) beats `x-opt-delivery-delay` (relative);
 /// then the application properties other brokers' clients use (as STOMP headers do).
-fn due_at(view: &MessageView, now: u64) -> Result<Option<u64>, ConvertError> {
+fn due_at(
+    view: &MessageView,
+    props: &ScheduleProperties,
+    now: u64,
+) -> Result<Option<u64>, ConvertError> {
     let ann = view.message_annotations();
-    let props = view.application_properties();
     let absolute = [
         (annotation(ann, DELIVERY_TIME), DELIVERY_TIME),
-        (
-            annotation(props, "AMQ_SCHEDULED_TIME"),
-            "AMQ_SCHEDULED_TIME",
-        ),
-        (
-            annotation(props, "_AMQ_SCHED_DELIVERY"),
-            "_AMQ_SCHED_DELIVERY",
-        ),
+        (props.scheduled_time.as_ref(), "AMQ_SCHEDULED_TIME"),
+        (props.sched_delivery.as_ref(), "_AMQ_SCHED_DELIVERY"),
     ];
     for (value, name) in absolute {
         if let Some(v) = value {
@@ -168,13 +205,9 @@ fn due_at(view: &MessageView, now: u64) -> Result<Option<u64>, ConvertError> {
     }
     let relative = [
         (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY, 1u64),
-        (
-            annotation(props, "AMQ_SCHEDULED_DELAY"),
-            "AMQ_SCHEDULED_DELAY",
-            1,
-        ),
-        (annotation(props, "x-delay"), "x-delay", 1),
-        (annotation(props, "delay"), "delay", 1000),
+        (props.scheduled_delay.as_ref(), "AMQ_SCHEDULED_DELAY", 1),
+        (props.x_delay.as_ref(), "x-delay", 1),
+        (props.delay.as_ref(), "delay", 1000),
     ];
     for (value, name, unit) in relative {
         if let Some(v) = value {
@@ -247,27 +280,29 @@ pub fn inbound(
         m.group_id = p.group_id.as_ref().map(|s| Arc::from(s.as_str()));
         m.group_seq = p.group_sequence.map(|s| s as i32);
     }
-    if let Some(props) = view.application_properties() {
-        for (k, v) in props {
-            let (Some(name), Some(value)) = (key_str(k), core_value(v)) else {
-                continue;
-            };
-            if GROUP_ID_PROPERTIES.contains(&name) {
-                if m.group_id.is_none() {
-                    m.group_id = value.as_str().map(Arc::from);
-                }
-                continue;
+    let mut schedule = ScheduleProperties::default();
+    for entry in view.application_property_entries() {
+        let (key, v) = entry.map_err(ConvertError::Malformed)?;
+        let Some(name) = key else { continue };
+        schedule.note(name, &v);
+        let Some(value) = core_value(&v) else {
+            continue;
+        };
+        if GROUP_ID_PROPERTIES.contains(&name) {
+            if m.group_id.is_none() {
+                m.group_id = value.as_str().map(Arc::from);
             }
-            if name == "JMSXGroupSeq" {
-                if m.group_seq.is_none() {
-                    m.group_seq = as_i64(v).map(|s| s as u32 as i32);
-                }
-                continue;
-            }
-            m.properties.push((names.get(name), value));
+            continue;
         }
+        if name == "JMSXGroupSeq" {
+            if m.group_seq.is_none() {
+                m.group_seq = as_i64(&v).map(|s| s as u32 as i32);
+            }
+            continue;
+        }
+        m.properties.push((names.get(name), value));
     }
-    m.due_at = due_at(view, now)?;
+    m.due_at = due_at(view, &schedule, now)?;
     let ranges = view.ranges();
     let from = ranges
         .message_annotations
@@ -292,7 +327,9 @@ pub fn stamp_group(m: &mut Message) {
     if view.properties().is_some_and(|p| p.group_id.is_some()) {
         return;
     }
-    let mut amqp = view.into_message();
+    let Ok(mut amqp) = view.to_message() else {
+        return;
+    };
     amqp.properties
         .get_or_insert_with(Properties::default)
         .group_id = Some(Str::from(&**group));
@@ -331,7 +368,7 @@ pub fn outbound(
         // application property (Artemis group-first-key): rebuild this one message.
         let mut amqp = match &m.wire {
             Some(w) if w.format == WIRE_FORMAT => match MessageView::parse(w.bytes.clone()) {
-                Ok(view) => view.into_message(),
+                Ok(view) => view.to_message().unwrap_or_else(|_| build(m, header.clone())),
                 Err(_) => build(m, header.clone()),
             },
             _ => build(m, header.clone()),
@@ -496,6 +533,18 @@ mod tests {
     }
 
     #[test]
+    fn malformed_application_properties_are_a_decode_error() {
+        // application-properties { "k" (not UTF-8): null }, then an empty data body.
+        let raw = Bytes::from_static(&[
+            0x00, 0x53, 0x74, 0xc1, 0x05, 0x02, 0xa1, 0x01, 0xff, 0x40, 0x00, 0x53, 0x75, 0xa0,
+            0x00,
+        ]);
+        let view = MessageView::parse(raw).unwrap();
+        let e = inbound(&view, Arc::from("q"), 0, &mut Names::default()).unwrap_err();
+        assert_eq!(e.condition(), "amqp:decode-error");
+    }
+
+    #[test]
     fn absolute_delivery_time_beats_delay() {
         let mut msg = jms_like();
         msg.message_annotations = Some(vec![
@@ -538,7 +587,7 @@ mod tests {
         assert_eq!(p.group_sequence, Some(2));
         assert_eq!(v.body(), &Body::Data(vec![Bytes::from_static(b"hi")]));
         assert_eq!(
-            v.application_properties().unwrap()[0],
+            v.application_properties().unwrap().unwrap()[0],
             (AmqpValue::string("k"), AmqpValue::string("v"))
         );
     }

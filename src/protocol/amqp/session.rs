@@ -588,7 +588,7 @@ impl Session {
         };
         let mut message = match convert::inbound(&view, address, now_ms(), &mut cx.names) {
             Ok(m) => m,
-            Err(e) => return Some(rejected(condition::INVALID_FIELD, &e.to_string())),
+            Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };
         if message.group_id.is_none() && link.producer.group_id().is_some() {
             link.producer.apply(&mut message);
