@@ -6,6 +6,8 @@
 //! committing a transaction) runs as a future in [`Ctx::waiting`] and comes back as a
 //! disposition.
 
+use bytes::BytesMut;
+
 use super::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
 use super::definitions::{AmqpError, DeliveryState};
 use super::error::{condition, AmqpCodecError};
@@ -135,7 +137,32 @@ pub struct Ctx {
     pub pending_acks: PendingAcks,
     /// Property names seen last, shared between messages.
     pub names: crate::core::names::Names,
+    /// Where outgoing payloads and delivery tags are built: each is split off a shared
+    /// chunk instead of taking an allocation of its own.
+    pub staging: Staging,
     next_generation: u64,
+}
+
+/// Bytes for outgoing frames, cut from chunks of [`Staging::CHUNK`] bytes.
+#[derive(Default)]
+pub struct Staging(BytesMut);
+
+impl Staging {
+    const CHUNK: usize = 64 * 1024;
+
+    /// A buffer with room for `len` bytes, to fill and then `take`.
+    pub fn room(&mut self, len: usize) -> &mut BytesMut {
+        if self.0.capacity() < len {
+            // What is still unused of the old chunk stays with the slices cut from it.
+            self.0 = BytesMut::with_capacity(len.max(Self::CHUNK));
+        }
+        &mut self.0
+    }
+
+    /// What was written since the last `take`.
+    pub fn take(&mut self) -> bytes::Bytes {
+        self.0.split().freeze()
+    }
 }
 
 impl Ctx {
@@ -212,6 +239,7 @@ where
             drains_pending: false,
             pending_acks: PendingAcks::default(),
             names: crate::core::names::Names::default(),
+            staging: Staging::default(),
             next_generation: 0,
             options,
         },

@@ -108,12 +108,22 @@ pub(crate) fn list_fields<'a>(
 }
 
 /// Conversion from a decoded field value; `None` means the value has the wrong type.
-pub trait FromValue: Sized {
+pub(crate) trait FromValue: Sized {
     fn from_value(v: Value) -> Option<Self>;
+
+    /// Reads the most common encodings of the type straight from the bytes (with how many
+    /// it took), skipping the general decoder: transfer and disposition fields are read per
+    /// message. `None` leaves the bytes to [`FromValue::from_value`].
+    fn read_simple(_cx: &Ctx<'_>, _i: &[u8]) -> Option<(usize, Self)> {
+        None
+    }
 }
 
 macro_rules! from_value {
     ($t:ty, $variant:ident) => {
+        from_value!($t, $variant, |_cx, _i| None);
+    };
+    ($t:ty, $variant:ident, $simple:expr) => {
         impl FromValue for $t {
             fn from_value(v: Value) -> Option<Self> {
                 match v {
@@ -121,15 +131,42 @@ macro_rules! from_value {
                     _ => None,
                 }
             }
+
+            fn read_simple(cx: &Ctx<'_>, i: &[u8]) -> Option<(usize, Self)> {
+                let simple: fn(&Ctx<'_>, &[u8]) -> Option<(usize, Self)> = $simple;
+                simple(cx, i)
+            }
         }
     };
 }
-from_value!(bool, Bool);
-from_value!(u8, Ubyte);
+from_value!(bool, Bool, |_, i| match i.first()? {
+    &code::TRUE => Some((1, true)),
+    &code::FALSE => Some((1, false)),
+    _ => None,
+});
+from_value!(u8, Ubyte, |_, i| match i {
+    [code::UBYTE, n, ..] => Some((2, *n)),
+    _ => None,
+});
 from_value!(u16, Ushort);
-from_value!(u32, Uint);
-from_value!(u64, Ulong);
-from_value!(Bytes, Binary);
+from_value!(u32, Uint, |_, i| match i {
+    [code::UINT0, ..] => Some((1, 0)),
+    [code::SMALLUINT, n, ..] => Some((2, u32::from(*n))),
+    [code::UINT, a, b, c, d, ..] => Some((5, u32::from_be_bytes([*a, *b, *c, *d]))),
+    _ => None,
+});
+from_value!(u64, Ulong, |_, i| match i {
+    [code::ULONG0, ..] => Some((1, 0)),
+    [code::SMALLULONG, n, ..] => Some((2, u64::from(*n))),
+    _ => None,
+});
+from_value!(Bytes, Binary, |cx, i| match i {
+    [code::VBIN8, len, rest @ ..] if rest.len() >= usize::from(*len) => {
+        let len = usize::from(*len);
+        Some((2 + len, cx.bytes(&rest[..len]).ok()?))
+    }
+    _ => None,
+});
 from_value!(Str, String);
 from_value!(Symbol, Symbol);
 from_value!(Map, Map);
@@ -180,6 +217,18 @@ impl<'a> FieldReader<'a> {
     }
 
     pub(crate) fn get<T: FromValue>(&mut self, field: &'static str) -> Result<Option<T>> {
+        if self.remaining > 0 {
+            let simple = match self.rest.first() {
+                Some(&code::NULL) => Some((1, None)),
+                Some(_) => T::read_simple(&self.cx, self.rest).map(|(n, v)| (n, Some(v))),
+                None => None,
+            };
+            if let Some((used, v)) = simple {
+                self.remaining -= 1;
+                self.rest = &self.rest[used..];
+                return Ok(v);
+            }
+        }
         match self.value()? {
             None => Ok(None),
             Some(v) => T::from_value(v)
@@ -412,5 +461,52 @@ impl<'b> ListWriter<'b> {
                 self.committed_count,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list holding `field` once, read back as `T` by the shortcut and by the general
+    /// decoder (the shortcut skipped).
+    fn both<T: FromValue + std::fmt::Debug + PartialEq>(field: &[u8]) -> [Result<Option<T>>; 2] {
+        let mut list = vec![code::LIST8, (field.len() + 1) as u8, 1];
+        list.extend_from_slice(field);
+        let raw = Bytes::from(list);
+        let read = |simple: bool| {
+            let (_, mut r) = list_fields(Ctx::new(&raw), &raw, 0, "test")?;
+            if simple {
+                r.get::<T>("f")
+            } else {
+                r.value()?.map(|v| T::from_value(v).ok_or(r.invalid("f"))).transpose()
+            }
+        };
+        [read(true), read(false)]
+    }
+
+    fn agree<T: FromValue + std::fmt::Debug + PartialEq>(field: &[u8]) {
+        let [simple, general] = both::<T>(field);
+        assert_eq!(format!("{simple:?}"), format!("{general:?}"), "{field:02x?}");
+    }
+
+    #[test]
+    fn shortcut_readers_agree_with_the_decoder() {
+        for f in [&[0x40][..], &[0x43], &[0x52, 7], &[0x70, 0, 1, 0, 2], &[0x80, 0, 0, 0, 0, 0, 0, 0, 9], &[0x41]] {
+            agree::<u32>(f);
+            agree::<u64>(f);
+            agree::<bool>(f);
+        }
+        for f in [&[0x44][..], &[0x53, 200], &[0x42], &[0x41], &[0x56, 1], &[0x50, 3], &[0xa0, 2, 1, 2], &[0xa0, 0]] {
+            agree::<u32>(f);
+            agree::<u64>(f);
+            agree::<bool>(f);
+            agree::<u8>(f);
+            agree::<Bytes>(f);
+        }
+        // Truncated: the list's own size hides nothing here, the field is cut short.
+        assert!(both::<u32>(&[0x70, 0, 1])[0].is_err());
+        assert!(both::<Bytes>(&[0xa0, 5, 1])[0].is_err());
+        assert_eq!(both::<Bytes>(&[0xa0, 2, 1, 2])[0].as_ref().unwrap().as_deref(), Some(&[1u8, 2][..]));
     }
 }

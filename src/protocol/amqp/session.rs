@@ -320,21 +320,22 @@ impl Session {
             let Some(d) = link.next_to_send() else { break };
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
-            let mut payload = BytesMut::with_capacity(d.message.weight() + 32);
+            let payload = cx.staging.room(d.message.weight() + 32);
             let first_key = d
                 .group_first
                 .then(|| d.queue.settings().group_first_key.as_deref())
                 .flatten();
             // The clock only matters for the remaining time-to-live.
             let now = d.message.expires_at.map_or(0, |_| now_ms());
-            convert::outbound(&d.message, d.delivery_count, now, first_key, &mut payload);
+            convert::outbound(&d.message, d.delivery_count, now, first_key, payload);
+            let payload = cx.staging.take();
             let frames = send_transfer(
                 cx,
                 self.channel,
                 handle,
                 delivery_id,
                 link.presettled,
-                payload.freeze(),
+                payload,
             );
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
             self.remote_incoming_window = self.remote_incoming_window.saturating_sub(frames);
@@ -844,7 +845,10 @@ fn send_transfer(
             Transfer {
                 handle,
                 delivery_id: Some(delivery_id),
-                delivery_tag: Some(Bytes::copy_from_slice(&delivery_id.to_be_bytes())),
+                delivery_tag: Some({
+                    bytes::BufMut::put_u32(cx.staging.room(4), delivery_id);
+                    cx.staging.take()
+                }),
                 message_format: Some(0),
                 settled: Some(settled),
                 more,
