@@ -477,43 +477,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Decodes a page read from disk; forgets non-durable entries of an
-    /// earlier run (documented as lost on restart) and unreadable ones.
     fn load(&self, broker: &Broker, page: Vec<(ScheduleKey, bytes::Bytes)>, want: usize) -> Loaded {
-        let more_after = (page.len() >= want)
-            .then(|| page.last().map(|(k, _)| *k))
-            .flatten();
-        let mut entries = Vec::with_capacity(page.len());
-        for (key, record) in page {
-            let entry = match stored::decode(key, record) {
-                Ok(entry) => entry,
-                Err(e) => {
-                    tracing::error!(error = %e, "dropping unreadable scheduled message");
-                    self.store.submit_detached(Op::DeleteScheduled { key });
-                    continue;
-                }
-            };
-            let queue = broker.queue_by_id(key.queue);
-            let durable = entry.durable || queue.is_some_and(|q| q.settings().durable);
-            if !durable && key.seq < self.boot_seq {
-                self.store.submit_detached(Op::DeleteScheduled { key });
-                continue;
-            }
-            entries.push((
-                key,
-                Waiting {
-                    queue: key.queue,
-                    message: entry.message,
-                    delivery_count: entry.delivery_count,
-                    durable,
-                    on_disk: true,
-                },
-            ));
-        }
-        Loaded {
-            entries,
-            more_after,
-        }
+        load_page(&self.store, self.boot_seq, broker, page, want)
     }
 
     /// Adds a loaded page to the window and moves the bound past it.
@@ -550,17 +515,21 @@ impl Inner {
         };
         let page = match self.barrier().await {
             Ok(()) => {
-                let store = self.store.clone();
-                tokio::task::spawn_blocking(move || store.scan_scheduled(from, want))
-                    .await
-                    .unwrap_or(Err(StoreError::Closed))
-                    .map_err(ScheduleError::from)
+                // Reading and decoding a page takes tens of milliseconds: never on a
+                // runtime thread, which may be the only one serving every connection.
+                let (store, boot_seq, broker) = (self.store.clone(), self.boot_seq, broker.clone());
+                tokio::task::spawn_blocking(move || {
+                    let page = store.scan_scheduled(from, want)?;
+                    Ok(load_page(&store, boot_seq, &broker, page, want))
+                })
+                .await
+                .unwrap_or(Err(StoreError::Closed))
+                .map_err(ScheduleError::from)
             }
             Err(e) => Err(e),
         };
         match page {
-            Ok(page) => {
-                let loaded = self.load(broker, page, want);
+            Ok(loaded) => {
                 self.merge(loaded);
                 true
             }
@@ -648,6 +617,51 @@ async fn run(inner: Arc<Inner>, broker: Broker) {
             }
             Next::Idle => inner.wake.notified().await,
         }
+    }
+}
+
+/// Decodes a page read from disk; forgets non-durable entries of an
+/// earlier run (documented as lost on restart) and unreadable ones.
+fn load_page(
+    store: &Store,
+    boot_seq: u64,
+    broker: &Broker,
+    page: Vec<(ScheduleKey, bytes::Bytes)>,
+    want: usize,
+) -> Loaded {
+    let more_after = (page.len() >= want)
+        .then(|| page.last().map(|(k, _)| *k))
+        .flatten();
+    let mut entries = Vec::with_capacity(page.len());
+    for (key, record) in page {
+        let entry = match stored::decode(key, record) {
+            Ok(entry) => entry,
+            Err(e) => {
+                tracing::error!(error = %e, "dropping unreadable scheduled message");
+                store.submit_detached(Op::DeleteScheduled { key });
+                continue;
+            }
+        };
+        let queue = broker.queue_by_id(key.queue);
+        let durable = entry.durable || queue.is_some_and(|q| q.settings().durable);
+        if !durable && key.seq < boot_seq {
+            store.submit_detached(Op::DeleteScheduled { key });
+            continue;
+        }
+        entries.push((
+            key,
+            Waiting {
+                queue: key.queue,
+                message: entry.message,
+                delivery_count: entry.delivery_count,
+                durable,
+                on_disk: true,
+            },
+        ));
+    }
+    Loaded {
+        entries,
+        more_after,
     }
 }
 

@@ -368,7 +368,9 @@ pub fn outbound(
         // application property (Artemis group-first-key): rebuild this one message.
         let mut amqp = match &m.wire {
             Some(w) if w.format == WIRE_FORMAT => match MessageView::parse(w.bytes.clone()) {
-                Ok(view) => view.to_message().unwrap_or_else(|_| build(m, header.clone())),
+                Ok(view) => view
+                    .to_message()
+                    .unwrap_or_else(|_| build(m, header.clone())),
                 Err(_) => build(m, header.clone()),
             },
             _ => build(m, header.clone()),

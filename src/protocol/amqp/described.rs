@@ -479,7 +479,9 @@ mod tests {
             if simple {
                 r.get::<T>("f")
             } else {
-                r.value()?.map(|v| T::from_value(v).ok_or(r.invalid("f"))).transpose()
+                r.value()?
+                    .map(|v| T::from_value(v).ok_or(r.invalid("f")))
+                    .transpose()
             }
         };
         [read(true), read(false)]
@@ -487,17 +489,37 @@ mod tests {
 
     fn agree<T: FromValue + std::fmt::Debug + PartialEq>(field: &[u8]) {
         let [simple, general] = both::<T>(field);
-        assert_eq!(format!("{simple:?}"), format!("{general:?}"), "{field:02x?}");
+        assert_eq!(
+            format!("{simple:?}"),
+            format!("{general:?}"),
+            "{field:02x?}"
+        );
     }
 
     #[test]
     fn shortcut_readers_agree_with_the_decoder() {
-        for f in [&[0x40][..], &[0x43], &[0x52, 7], &[0x70, 0, 1, 0, 2], &[0x80, 0, 0, 0, 0, 0, 0, 0, 9], &[0x41]] {
+        for f in [
+            &[0x40][..],
+            &[0x43],
+            &[0x52, 7],
+            &[0x70, 0, 1, 0, 2],
+            &[0x80, 0, 0, 0, 0, 0, 0, 0, 9],
+            &[0x41],
+        ] {
             agree::<u32>(f);
             agree::<u64>(f);
             agree::<bool>(f);
         }
-        for f in [&[0x44][..], &[0x53, 200], &[0x42], &[0x41], &[0x56, 1], &[0x50, 3], &[0xa0, 2, 1, 2], &[0xa0, 0]] {
+        for f in [
+            &[0x44][..],
+            &[0x53, 200],
+            &[0x42],
+            &[0x41],
+            &[0x56, 1],
+            &[0x50, 3],
+            &[0xa0, 2, 1, 2],
+            &[0xa0, 0],
+        ] {
             agree::<u32>(f);
             agree::<u64>(f);
             agree::<bool>(f);
@@ -507,6 +529,12 @@ mod tests {
         // Truncated: the list's own size hides nothing here, the field is cut short.
         assert!(both::<u32>(&[0x70, 0, 1])[0].is_err());
         assert!(both::<Bytes>(&[0xa0, 5, 1])[0].is_err());
-        assert_eq!(both::<Bytes>(&[0xa0, 2, 1, 2])[0].as_ref().unwrap().as_deref(), Some(&[1u8, 2][..]));
+        assert_eq!(
+            both::<Bytes>(&[0xa0, 2, 1, 2])[0]
+                .as_ref()
+                .unwrap()
+                .as_deref(),
+            Some(&[1u8, 2][..])
+        );
     }
 }

@@ -343,7 +343,9 @@ impl<'a> ApplicationProperties<'a> {
     fn key(&self, i: &'a [u8]) -> Result<(&'a [u8], Option<&'a str>)> {
         let text = |wide: bool| -> Result<(&'a [u8], Option<&'a str>)> {
             let (len, body) = if wide {
-                let (l, b) = i[1..].split_first_chunk::<4>().ok_or(AmqpCodecError::Truncated)?;
+                let (l, b) = i[1..]
+                    .split_first_chunk::<4>()
+                    .ok_or(AmqpCodecError::Truncated)?;
                 (u32::from_be_bytes(*l) as usize, b)
             } else {
                 let (l, b) = i[1..].split_first().ok_or(AmqpCodecError::Truncated)?;
@@ -762,7 +764,10 @@ mod tests {
             0xc1, 0x08, 0x04, 0xa3, 0x01, b'k', 0x40, 0x53, 0x07, 0x41,
         ]))
         .unwrap();
-        let entries: Vec<_> = v.application_property_entries().map(|e| e.unwrap()).collect();
+        let entries: Vec<_> = v
+            .application_property_entries()
+            .map(|e| e.unwrap())
+            .collect();
         assert_eq!(
             entries,
             vec![(Some("k"), Value::Null), (None, Value::Bool(true))]
@@ -779,13 +784,14 @@ mod tests {
         ]))
         .unwrap();
         let mut entries = v.application_property_entries();
-        assert!(matches!(entries.next(), Some(Err(AmqpCodecError::InvalidUtf8))));
+        assert!(matches!(
+            entries.next(),
+            Some(Err(AmqpCodecError::InvalidUtf8))
+        ));
         assert!(entries.next().is_none());
         // A key longer than the map.
-        let v = MessageView::parse(with_app_properties(&[
-            0xc1, 0x04, 0x02, 0xa1, 0x09, 0x40,
-        ]))
-        .unwrap();
+        let v =
+            MessageView::parse(with_app_properties(&[0xc1, 0x04, 0x02, 0xa1, 0x09, 0x40])).unwrap();
         assert!(matches!(
             v.application_property_entries().next(),
             Some(Err(AmqpCodecError::Truncated))
