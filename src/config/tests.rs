@@ -454,9 +454,9 @@ fn grouping_handler_parses_either_case() {
 }
 
 #[test]
-fn worker_threads_default_to_the_cores() {
+fn worker_threads_default_to_half_the_cores() {
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    assert_eq!(load("").broker().worker_threads, cores);
+    assert_eq!(load("").broker().worker_threads, (cores / 2).max(1));
     assert_eq!(
         load("[broker]\nworker_threads = 3").broker().worker_threads,
         3
