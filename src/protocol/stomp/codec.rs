@@ -361,56 +361,95 @@ impl StompCodec {
     }
 
     fn encode_frame(&self, frame: &Frame, dst: &mut BytesMut) -> Result<(), StompError> {
-        let escape = self.escapes(frame.command);
-        let command = frame.command.as_str().as_bytes();
-        // command EOL, blank line, body, NUL
-        let mut size = command.len() + 2 + frame.body.len() + 1;
-        let mut has_length = false;
+        let mut w = FrameWriter::new(frame.command, self.escapes(frame.command), dst);
         for (name, value) in frame.headers.entries() {
-            let (name, value) = (name.as_bytes(), value.as_bytes());
-            if name.is_empty() {
-                return Err(Malformed::EmptyHeaderName.into());
-            }
-            size += if escape {
-                escape::escaped_len(name) + escape::escaped_len(value) + 2
-            } else {
-                if name.contains(&b':') || has_line_break(name) || has_line_break(value) {
-                    return Err(Malformed::Unescapable.into());
-                }
-                name.len() + value.len() + 2
-            };
             // The peer reads the first content-length: it must be right.
-            if !has_length && name == CONTENT_LENGTH.as_bytes() {
-                has_length = true;
-                if parse_content_length(value) != Some(frame.body.len()) {
-                    return Err(StompError::InvalidContentLength(quote(value)));
+            if !w.has_length && name.as_bytes() == CONTENT_LENGTH.as_bytes() {
+                if parse_content_length(value.as_bytes()) != Some(frame.body.len()) {
+                    return Err(w.abandon(StompError::InvalidContentLength(quote(value.as_bytes()))));
                 }
+                w.has_length = true;
             }
+            w.header(name.as_bytes(), value.as_bytes())?;
         }
-        let add_length = !has_length && !frame.body.is_empty();
-        if add_length {
-            size += CONTENT_LENGTH.len() + 1 + decimal_len(frame.body.len()) + 1;
-        }
-
-        dst.reserve(size);
-        dst.put_slice(command);
-        dst.put_u8(b'\n');
-        for (name, value) in frame.headers.entries() {
-            put_text(name.as_bytes(), escape, dst);
-            dst.put_u8(b':');
-            put_text(value.as_bytes(), escape, dst);
-            dst.put_u8(b'\n');
-        }
-        if add_length {
-            dst.put_slice(CONTENT_LENGTH.as_bytes());
-            dst.put_u8(b':');
-            put_decimal(frame.body.len(), dst);
-            dst.put_u8(b'\n');
-        }
-        dst.put_u8(b'\n');
-        dst.put_slice(&frame.body);
-        dst.put_u8(0);
+        w.finish(&frame.body);
         Ok(())
+    }
+
+    /// Whether this connection's frames of `command` escape their headers.
+    pub fn escapes_for(&self, command: Command) -> bool {
+        self.escapes(command)
+    }
+}
+
+/// Writes one frame straight into the write buffer, header by header, so a frame built
+/// from a message needs no `Frame` in between. On an error the partial frame is removed.
+pub struct FrameWriter<'a> {
+    dst: &'a mut BytesMut,
+    start: usize,
+    escape: bool,
+    has_length: bool,
+}
+
+impl<'a> FrameWriter<'a> {
+    /// Starts a frame: `escape` as [`StompCodec::escapes_for`] says for `command`.
+    pub fn new(command: Command, escape: bool, dst: &'a mut BytesMut) -> Self {
+        let start = dst.len();
+        dst.put_slice(command.as_str().as_bytes());
+        dst.put_u8(b'\n');
+        FrameWriter {
+            dst,
+            start,
+            escape,
+            has_length: false,
+        }
+    }
+
+    fn abandon(&mut self, e: StompError) -> StompError {
+        self.dst.truncate(self.start);
+        e
+    }
+
+    pub fn header(&mut self, name: &[u8], value: &[u8]) -> Result<(), StompError> {
+        if name.is_empty() {
+            return Err(self.abandon(Malformed::EmptyHeaderName.into()));
+        }
+        if !self.escape && (name.contains(&b':') || has_line_break(name) || has_line_break(value)) {
+            return Err(self.abandon(Malformed::Unescapable.into()));
+        }
+        put_text(name, self.escape, self.dst);
+        self.dst.put_u8(b':');
+        put_text(value, self.escape, self.dst);
+        self.dst.put_u8(b'\n');
+        Ok(())
+    }
+
+    /// A header whose value is a number (never needs escaping).
+    pub fn header_number(&mut self, name: &[u8], value: i64) -> Result<(), StompError> {
+        let mut digits = [0u8; 20];
+        let text = decimal(value.unsigned_abs(), &mut digits);
+        if value < 0 {
+            let mut signed = [0u8; 21];
+            signed[0] = b'-';
+            signed[1..=text.len()].copy_from_slice(text);
+            let len = text.len() + 1;
+            return self.header(name, &signed[..len]);
+        }
+        self.header(name, text)
+    }
+
+    /// Ends the headers (adding content-length for a body) and writes the body.
+    pub fn finish(self, body: &[u8]) {
+        if !self.has_length && !body.is_empty() {
+            self.dst.put_slice(CONTENT_LENGTH.as_bytes());
+            self.dst.put_u8(b':');
+            put_decimal(body.len(), self.dst);
+            self.dst.put_u8(b'\n');
+        }
+        self.dst.reserve(body.len() + 2);
+        self.dst.put_u8(b'\n');
+        self.dst.put_slice(body);
+        self.dst.put_u8(0);
     }
 }
 
@@ -536,13 +575,13 @@ fn put_text(text: &[u8], escape: bool, dst: &mut BytesMut) {
     }
 }
 
-fn decimal_len(n: usize) -> usize {
-    n.checked_ilog10().map_or(1, |digits| digits as usize + 1)
+fn put_decimal(n: usize, dst: &mut BytesMut) {
+    let mut digits = [0u8; 20];
+    dst.put_slice(decimal(n as u64, &mut digits));
 }
 
-fn put_decimal(n: usize, dst: &mut BytesMut) {
-    // 20 digits hold u64::MAX.
-    let mut digits = [0u8; 20];
+/// `n` in decimal, written at the end of `digits` (20 digits hold u64::MAX).
+fn decimal(n: u64, digits: &mut [u8; 20]) -> &[u8] {
     let mut at = digits.len();
     let mut rest = n;
     loop {
@@ -553,7 +592,7 @@ fn put_decimal(n: usize, dst: &mut BytesMut) {
             break;
         }
     }
-    dst.put_slice(&digits[at..]);
+    &digits[at..]
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! STOMP frames to and from core messages: destinations, the headers with a
 //! meaning (persistence, expiry, priority, groups, delays), user headers.
 
-use super::frame::{Frame, HeaderText};
+use super::codec::FrameWriter;
+use super::error::StompError;
+use super::frame::Frame;
 use crate::core::message::{now_ms, Message, Value};
 use crate::core::names::Names;
 use crate::core::RoutingType;
@@ -295,81 +297,79 @@ fn absurd(header: &'static str, value: &str) -> ConvertError {
     }
 }
 
-/// What the MESSAGE frame needs beyond the message itself. Texts are shared
-/// (`HeaderText` clones are reference counts), so building a frame copies no text.
+/// What the MESSAGE frame needs beyond the message itself.
 pub struct DeliveryInfo<'a> {
-    pub subscription: HeaderText,
-    pub message_id: HeaderText,
+    pub subscription: &'a str,
+    pub message_id: &'a str,
     pub ack: bool,
-    pub destination: HeaderText,
+    pub destination: &'a str,
     pub redelivered: bool,
     pub group_first_key: Option<&'a str>,
 }
 
-const PRIORITIES: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
-
-fn shared(text: &Arc<str>) -> HeaderText {
-    HeaderText::from_shared(text.clone())
-}
-
-/// The MESSAGE frame for a delivery.
-pub fn message_frame(message: &Message, info: DeliveryInfo<'_>) -> Frame {
-    use super::frame::Command;
-    let mut frame = Frame::new(Command::Message);
-    frame.headers = super::frame::Headers::with_capacity(8 + message.properties.len());
-    let h = &mut frame.headers;
-    h.push("subscription", info.subscription);
+/// Writes the MESSAGE frame for a delivery straight into the connection's write buffer:
+/// no frame, header list or number strings are built per message.
+pub fn write_message(
+    message: &Message,
+    info: DeliveryInfo<'_>,
+    mut w: FrameWriter<'_>,
+) -> Result<(), StompError> {
+    w.header(b"subscription", info.subscription.as_bytes())?;
     if info.ack {
-        h.push("ack", info.message_id.clone());
+        w.header(b"ack", info.message_id.as_bytes())?;
     }
-    h.push("message-id", info.message_id);
-    h.push("destination", info.destination);
+    w.header(b"message-id", info.message_id.as_bytes())?;
+    w.header(b"destination", info.destination.as_bytes())?;
     if info.redelivered {
-        h.push("redelivered", "true");
+        w.header(b"redelivered", b"true")?;
     }
     if let Some(ct) = &message.content_type {
-        h.push("content-type", shared(ct));
+        w.header(b"content-type", ct.as_bytes())?;
     }
     if message.durable {
-        h.push("persistent", "true");
+        w.header(b"persistent", b"true")?;
     }
-    h.push("priority", PRIORITIES[usize::from(message.priority.min(9))]);
-    h.push("timestamp", message.timestamp.to_string());
+    w.header_number(b"priority", i64::from(message.priority.min(9)))?;
+    w.header_number(b"timestamp", clamp(message.timestamp))?;
     if let Some(at) = message.expires_at {
-        h.push("expires", at.to_string());
+        w.header_number(b"expires", clamp(at))?;
     }
     if let Some(at) = message.due_at {
         // The due time the broker honoured, so consumers can check punctuality.
-        h.push("delivery-time", at.to_string());
+        w.header_number(b"delivery-time", clamp(at))?;
     }
     for (name, value) in [
-        ("correlation-id", &message.correlation_id),
-        ("reply-to", &message.reply_to),
-        ("subject", &message.subject),
-        ("JMSXGroupID", &message.group_id),
+        (&b"correlation-id"[..], &message.correlation_id),
+        (b"reply-to", &message.reply_to),
+        (b"subject", &message.subject),
+        (b"JMSXGroupID", &message.group_id),
+        (b"original-message-id", &message.message_id),
     ] {
         if let Some(v) = value {
-            h.push(name, shared(v));
+            w.header(name, v.as_bytes())?;
         }
     }
-    if let Some(id) = &message.message_id {
-        h.push("original-message-id", shared(id));
-    }
     if let Some(seq) = message.group_seq {
-        h.push("JMSXGroupSeq", seq.to_string());
+        w.header_number(b"JMSXGroupSeq", i64::from(seq))?;
     }
     if let Some(key) = info.group_first_key {
-        h.push(HeaderText::copy_from(key), "true");
+        w.header(key.as_bytes(), b"true")?;
     }
     for (name, value) in &message.properties {
-        let value = match value {
-            Value::String(text) => shared(text),
-            other => HeaderText::from(other.to_text()),
-        };
-        h.push(shared(name), value);
+        match value {
+            Value::String(text) => w.header(name.as_bytes(), text.as_bytes())?,
+            Value::Int(n) => w.header_number(name.as_bytes(), *n)?,
+            Value::Bool(b) => w.header(name.as_bytes(), if *b { b"true" } else { b"false" })?,
+            other => w.header(name.as_bytes(), other.to_text().as_bytes())?,
+        }
     }
-    frame.body = message.body.clone();
-    frame
+    w.finish(&message.body);
+    Ok(())
+}
+
+/// Epoch milliseconds as a header number (they fit an i64 for 292 million years).
+fn clamp(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 pub fn now() -> u64 {
@@ -423,6 +423,90 @@ mod tests {
         assert_eq!(m.group_seq, Some(-1));
         assert_eq!(m.property("color"), Some(&Value::String(Arc::from("red"))));
         assert_eq!(m.properties.len(), 1);
+    }
+
+    /// The MESSAGE frame `write_message` writes, read back by the decoder.
+    fn written(m: &Message, info: DeliveryInfo<'_>, escape: bool) -> Frame {
+        use super::super::codec::{Inbound, Limits, StompCodec};
+        use tokio_util::codec::Decoder;
+        let mut buf = bytes::BytesMut::new();
+        write_message(m, info, FrameWriter::new(Command::Message, escape, &mut buf)).unwrap();
+        let mut codec = StompCodec::new(Limits::default());
+        codec.set_version(if escape { super::super::frame::Version::V1_2 } else { super::super::frame::Version::V1_0 });
+        match codec.decode(&mut buf).unwrap() {
+            Some(Inbound::Frame(f)) => {
+                assert!(buf.is_empty());
+                f
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn message_frames_carry_every_field() {
+        let m = Message {
+            body: bytes::Bytes::from_static(b"hello"),
+            properties: vec![
+                (Arc::from("color"), Value::String(Arc::from("red:blue"))),
+                (Arc::from("count"), Value::Int(-12)),
+                (Arc::from("ok"), Value::Bool(true)),
+                (Arc::from("ratio"), Value::Double(0.5)),
+            ],
+            content_type: Some(Arc::from("text/plain")),
+            correlation_id: Some(Arc::from("c\n1")),
+            group_id: Some(Arc::from("g")),
+            group_seq: Some(-1),
+            message_id: Some(Arc::from("m-1")),
+            durable: true,
+            priority: 7,
+            timestamp: 1_700_000_000_123,
+            expires_at: Some(1_700_000_060_000),
+            due_at: Some(1_700_000_001_000),
+            ..Message::default()
+        };
+        let info = || DeliveryInfo {
+            subscription: "s-1",
+            message_id: "3.44",
+            ack: true,
+            destination: "/queue/q",
+            redelivered: true,
+            group_first_key: Some("first"),
+        };
+        let f = written(&m, info(), true);
+        assert_eq!(f.command, Command::Message);
+        for (name, value) in [
+            ("subscription", "s-1"),
+            ("ack", "3.44"),
+            ("message-id", "3.44"),
+            ("destination", "/queue/q"),
+            ("redelivered", "true"),
+            ("content-type", "text/plain"),
+            ("persistent", "true"),
+            ("priority", "7"),
+            ("timestamp", "1700000000123"),
+            ("expires", "1700000060000"),
+            ("delivery-time", "1700000001000"),
+            ("correlation-id", "c\n1"),
+            ("JMSXGroupID", "g"),
+            ("original-message-id", "m-1"),
+            ("JMSXGroupSeq", "-1"),
+            ("first", "true"),
+            ("color", "red:blue"),
+            ("count", "-12"),
+            ("ok", "true"),
+            ("ratio", "0.5"),
+            ("content-length", "5"),
+        ] {
+            assert_eq!(f.header(name), Some(value), "{name}");
+        }
+        assert_eq!(&f.body[..], b"hello");
+        // STOMP 1.0 cannot escape: a colon in a value is fine, a line break is not.
+        let f = written(&Message { correlation_id: None, ..m.clone() }, info(), false);
+        assert_eq!(f.header("color"), Some("red:blue"));
+        let mut buf = bytes::BytesMut::from(&b"before"[..]);
+        let err = write_message(&m, info(), FrameWriter::new(Command::Message, false, &mut buf));
+        assert!(err.is_err());
+        assert_eq!(&buf[..], b"before", "a failed frame leaves nothing behind");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! One STOMP connection: CONNECT and negotiation, then frames in, deliveries
 //! out, heart-beats both ways. Talks to the broker only through the core API.
 
-use super::codec::{Inbound, Limits, Outbound, StompCodec};
+use super::codec::{FrameWriter, Inbound, Limits, Outbound, StompCodec};
 use super::convert::{self, ConvertError, DeliveryInfo, Destination};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
@@ -16,6 +16,7 @@ use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
 use futures_util::{SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +24,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
+
+/// Deliveries stop being added to one write once this much is buffered (large messages).
+const WRITE_BATCH_BYTES: usize = 256 * 1024;
 
 /// How this acceptor's STOMP connections behave.
 #[derive(Debug, Clone)]
@@ -120,6 +124,8 @@ struct Session<S> {
     /// The newest durable write no receipt asked about (see `receipt_after`).
     unconfirmed: Option<Completion>,
     delivery_counter: u64,
+    /// The ack id of the MESSAGE frame being written (kept to reuse its allocation).
+    ack_id: String,
     version: Version,
     /// Send a heart-beat when nothing was written for this long.
     send_every: Option<Duration>,
@@ -170,6 +176,7 @@ where
         ready_receipts: Vec::new(),
         unconfirmed: None,
         delivery_counter: 0,
+        ack_id: String::new(),
         version: Version::V1_0,
         send_every: None,
         expect_within: None,
@@ -355,8 +362,7 @@ where
         let mut next = Some(first);
         let mut written = 0;
         while let Some(delivery) = next.take() {
-            if let Some(frame) = self.delivery_frame(&delivery) {
-                self.framed.feed(Outbound::Frame(frame)).await?;
+            if self.write_delivery(&delivery)? {
                 written += 1;
                 let auto = self
                     .sub_of_consumer
@@ -371,7 +377,7 @@ where
                         .push(delivery.seq);
                 }
             }
-            if written < 256 {
+            if written < 256 && self.framed.write_buffer().len() < WRITE_BATCH_BYTES {
                 next = self.deliveries.try_recv().ok();
             }
         }
@@ -384,31 +390,41 @@ where
         Ok(())
     }
 
-    fn delivery_frame(&mut self, delivery: &Delivery) -> Option<Frame> {
-        let sub_id = self.sub_of_consumer.get(&delivery.consumer)?;
-        let sub = self.subs.get_mut(sub_id)?;
-        let ack_id = HeaderText::from(format!("{}.{}", delivery.consumer, delivery.seq));
+    /// Writes the MESSAGE frame of a delivery into the write buffer; false when its
+    /// subscription is gone.
+    fn write_delivery(&mut self, delivery: &Delivery) -> Result<bool, StompError> {
+        let Some(sub) = self
+            .sub_of_consumer
+            .get(&delivery.consumer)
+            .and_then(|id| self.subs.get_mut(id))
+        else {
+            return Ok(false);
+        };
+        self.ack_id.clear();
+        let _ = write!(self.ack_id, "{}.{}", delivery.consumer, delivery.seq);
         if sub.ack != AckMode::Auto {
             self.delivery_counter += 1;
             sub.outstanding.insert(self.delivery_counter, delivery.seq);
             sub.order_of.insert(delivery.seq, self.delivery_counter);
         }
         let ack = self.version == Version::V1_2 && sub.ack != AckMode::Auto;
-        let frame = convert::message_frame(
+        let escape = self.framed.codec().escapes_for(Command::Message);
+        convert::write_message(
             &delivery.message,
             DeliveryInfo {
-                subscription: sub.id_text.clone(),
-                message_id: ack_id,
+                subscription: &sub.id_text,
+                message_id: &self.ack_id,
                 ack,
-                destination: sub.destination_text.clone(),
+                destination: &sub.destination_text,
                 redelivered: delivery.redelivered(),
                 group_first_key: sub
                     .group_first_key
                     .as_deref()
                     .filter(|_| delivery.group_first),
             },
-        );
-        Some(frame)
+            FrameWriter::new(Command::Message, escape, self.framed.write_buffer_mut()),
+        )?;
+        Ok(true)
     }
 
     async fn handle(&mut self, frame: Frame) -> Result<Flow, SessionError> {
