@@ -139,9 +139,9 @@ macro_rules! from_value {
         }
     };
 }
-from_value!(bool, Bool, |_, i| match i.first()? {
-    &code::TRUE => Some((1, true)),
-    &code::FALSE => Some((1, false)),
+from_value!(bool, Bool, |_, i| match *i.first()? {
+    code::TRUE => Some((1, true)),
+    code::FALSE => Some((1, false)),
     _ => None,
 });
 from_value!(u8, Ubyte, |_, i| match i {
