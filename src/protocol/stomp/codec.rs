@@ -424,18 +424,33 @@ impl<'a> FrameWriter<'a> {
         Ok(())
     }
 
-    /// A header whose value is a number (never needs escaping).
-    pub fn header_number(&mut self, name: &[u8], value: i64) -> Result<(), StompError> {
-        let mut digits = [0u8; 20];
-        let text = decimal(value.unsigned_abs(), &mut digits);
-        if value < 0 {
-            let mut signed = [0u8; 21];
-            signed[0] = b'-';
-            signed[1..=text.len()].copy_from_slice(text);
-            let len = text.len() + 1;
-            return self.header(name, &signed[..len]);
+    /// A header with one of our own names, which never need escaping or checking.
+    pub fn known(&mut self, name: &'static str, value: &[u8]) -> Result<(), StompError> {
+        debug_assert!(!name.is_empty() && !name.contains([':', '\\', '\n', '\r']));
+        if !self.escape && has_line_break(value) {
+            return Err(self.abandon(Malformed::Unescapable.into()));
         }
-        self.header(name, text)
+        self.dst.put_slice(name.as_bytes());
+        self.dst.put_u8(b':');
+        put_text(value, self.escape, self.dst);
+        self.dst.put_u8(b'\n');
+        Ok(())
+    }
+
+    /// A header with one of our own names whose value is a number: nothing to check.
+    pub fn known_number(&mut self, name: &'static str, value: i64) {
+        debug_assert!(!name.is_empty() && !name.contains([':', '\\', '\n', '\r']));
+        self.dst.put_slice(name.as_bytes());
+        self.dst.put_u8(b':');
+        let mut digits = [0u8; 21];
+        self.dst.put_slice(signed_decimal(value, &mut digits));
+        self.dst.put_u8(b'\n');
+    }
+
+    /// A header whose value is a number (the name is checked and escaped as usual).
+    pub fn header_int(&mut self, name: &[u8], value: i64) -> Result<(), StompError> {
+        let mut digits = [0u8; 21];
+        self.header(name, signed_decimal(value, &mut digits))
     }
 
     /// Ends the headers (adding content-length for a body) and writes the body.
@@ -576,14 +591,14 @@ fn put_text(text: &[u8], escape: bool, dst: &mut BytesMut) {
 }
 
 fn put_decimal(n: usize, dst: &mut BytesMut) {
-    let mut digits = [0u8; 20];
-    dst.put_slice(decimal(n as u64, &mut digits));
+    let mut digits = [0u8; 21];
+    dst.put_slice(signed_decimal(i64::try_from(n).unwrap_or(i64::MAX), &mut digits));
 }
 
-/// `n` in decimal, written at the end of `digits` (20 digits hold u64::MAX).
-fn decimal(n: u64, digits: &mut [u8; 20]) -> &[u8] {
+/// `n` in decimal, sign included, written at the end of `digits` (21 hold i64::MIN).
+fn signed_decimal(n: i64, digits: &mut [u8; 21]) -> &[u8] {
     let mut at = digits.len();
-    let mut rest = n;
+    let mut rest = n.unsigned_abs();
     loop {
         at -= 1;
         digits[at] = b'0' + (rest % 10) as u8;
@@ -591,6 +606,10 @@ fn decimal(n: u64, digits: &mut [u8; 20]) -> &[u8] {
         if rest == 0 {
             break;
         }
+    }
+    if n < 0 {
+        at -= 1;
+        digits[at] = b'-';
     }
     &digits[at..]
 }
