@@ -9,7 +9,7 @@ mod writer;
 
 pub use keys::{MessageKey, ScheduleKey};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
-pub use writer::{Completion, FsyncPolicy, Hold, Op};
+pub use writer::{Completion, FsyncPolicy, Hold, Op, Written};
 
 /// Everything that can go wrong below the core.
 #[derive(Debug, thiserror::Error)]

@@ -312,6 +312,7 @@ fn read_once() -> ReadOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Written;
 
     fn put(queue: u32, seq: u64) -> Op {
         Op::PutMessage {
@@ -349,6 +350,25 @@ mod tests {
             .unwrap();
         assert!(seqs(&store, 7).is_empty());
         assert_eq!(seqs(&store, 8), vec![0]);
+    }
+
+    #[tokio::test]
+    async fn written_answers_come_in_submission_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let mut waiting: Vec<Written> = (0..200u64)
+            .map(|seq| store.submit(put(9, seq)).into_written().ok().unwrap())
+            .collect();
+        // Once the newest is on disk, every older one has answered too.
+        let newest = waiting.pop().unwrap();
+        newest.await.unwrap();
+        for mut older in waiting {
+            assert!(older.answered().unwrap().is_ok());
+        }
+        // Nothing to wait for, or a flow-control hold attached: not a bare write.
+        assert!(Completion::ready().into_written().is_err());
+        let (_hold, held) = store.submit(put(9, 500)).held_back();
+        assert!(held.into_written().is_err());
     }
 
     fn memtable_bytes(store: &Store) -> u64 {

@@ -141,6 +141,20 @@ impl Completion {
         Completion::written(Some(rx))
     }
 
+    /// The disk's answer alone, when no flow-control hold is attached (`Err(self)`
+    /// otherwise, or when there is nothing to wait for). Answers come in submission order
+    /// (see `store::release`), so a caller may keep these in a queue and poll only the
+    /// oldest: one wake-up for a whole group commit, no task per write.
+    pub fn into_written(self) -> Result<Written, Completion> {
+        match self {
+            Completion {
+                written: Some(rx),
+                held: None,
+            } => Ok(Written(rx)),
+            other => Err(other),
+        }
+    }
+
     pub async fn wait(self) -> Result<(), Arc<StoreError>> {
         let written = match self.written {
             None => Ok(()),
@@ -151,6 +165,35 @@ impl Completion {
             let _ = held.await;
         }
         written
+    }
+}
+
+/// The disk's answer for one submission: see [`Completion::into_written`].
+#[derive(Debug)]
+pub struct Written(oneshot::Receiver<Result<(), Arc<StoreError>>>);
+
+impl Written {
+    /// The answer if it has come, without waiting (and without spending the task's
+    /// cooperative budget, which would cut a long run of ready answers short).
+    pub fn answered(&mut self) -> Option<Result<(), Arc<StoreError>>> {
+        match self.0.try_recv() {
+            Ok(result) => Some(result),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(Arc::new(StoreError::Closed))),
+        }
+    }
+}
+
+impl std::future::Future for Written {
+    type Output = Result<(), Arc<StoreError>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Arc::new(StoreError::Closed))))
     }
 }
 

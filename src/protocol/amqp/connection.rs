@@ -20,11 +20,12 @@ use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::factory::ConnectionFactory;
 use crate::core::queue::PendingAcks;
 use crate::core::Broker;
+use crate::store::{StoreError, Written};
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -115,6 +116,24 @@ pub struct Settled {
     pub state: DeliveryState,
 }
 
+/// A transfer settled once its message is on disk.
+pub struct WaitingWrite {
+    pub channel: u16,
+    pub generation: u64,
+    pub delivery_id: u32,
+    pub written: Written,
+}
+
+/// The outcome of the oldest waiting write, once the disk has answered.
+fn oldest_written(
+    queue: &mut VecDeque<WaitingWrite>,
+) -> impl std::future::Future<Output = Result<(), Arc<StoreError>>> + '_ {
+    std::future::poll_fn(move |cx| match queue.front_mut() {
+        Some(w) => std::future::Future::poll(std::pin::Pin::new(&mut w.written), cx),
+        None => std::task::Poll::Pending,
+    })
+}
+
 /// Connection-wide state that sessions and links work with.
 pub struct Ctx {
     pub broker: Broker,
@@ -127,6 +146,9 @@ pub struct Ctx {
     /// Which link each consumer delivers to: (channel, handle).
     pub consumers: HashMap<ConsumerId, (u16, u32)>,
     pub waiting: FuturesUnordered<BoxFuture<'static, Settled>>,
+    /// Transfers waiting for nothing but their disk write, oldest first: the store
+    /// answers in submission order, so only the front is polled.
+    pub written: VecDeque<WaitingWrite>,
     pub txns: Transactions,
     /// The peer's frame limit.
     pub remote_max_frame: u32,
@@ -234,6 +256,7 @@ where
             sink,
             consumers: HashMap::new(),
             waiting: FuturesUnordered::new(),
+            written: VecDeque::new(),
             txns: Transactions::default(),
             remote_max_frame: u32::MAX,
             drains_pending: false,
@@ -419,6 +442,16 @@ where
                 _ = tokio::task::yield_now(), if !self.cx.pending_acks.is_empty() => {
                     self.cx.pending_acks.apply();
                 }
+                result = oldest_written(&mut self.cx.written), if !self.cx.written.is_empty() => {
+                    self.written(result);
+                    // The rest of a group commit is answered already: one flush for all.
+                    for _ in 0..1024 {
+                        match self.cx.written.front_mut().and_then(|w| w.written.answered()) {
+                            Some(result) => self.written(result),
+                            None => break,
+                        }
+                    }
+                }
                 Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
                     self.settled(settled);
                     // One disk write completes a whole window of transfers at once: answer
@@ -451,6 +484,23 @@ where
                 self.flush().await?;
             }
         }
+    }
+
+    /// The oldest waiting write is on disk (or failed): settle its transfer.
+    fn written(&mut self, result: Result<(), Arc<StoreError>>) {
+        let Some(w) = self.cx.written.pop_front() else {
+            return;
+        };
+        let state = match result {
+            Ok(()) => DeliveryState::Accepted,
+            Err(e) => super::session::rejected(condition::INTERNAL_ERROR, &e.to_string()),
+        };
+        self.settled(Settled {
+            channel: w.channel,
+            generation: w.generation,
+            delivery_id: w.delivery_id,
+            state,
+        });
     }
 
     /// A disk write (or transaction) finished for a transfer the peer sent.

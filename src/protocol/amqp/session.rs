@@ -1,7 +1,7 @@
 //! A session: windows, transfer and delivery ids, its links by handle, and the deliveries it
 //! has sent and the peer has yet to settle.
 
-use super::connection::{Ctx, Settled};
+use super::connection::{Ctx, Settled, WaitingWrite};
 use super::convert;
 use super::definitions::{AmqpError, DeliveryState, Role};
 use super::described::Composite;
@@ -620,6 +620,18 @@ impl Session {
 
     fn wait_then_settle(&mut self, cx: &mut Ctx, delivery_id: u32, c: Completion) {
         let (channel, generation) = (self.channel, self.generation);
+        let c = match c.into_written() {
+            Ok(written) => {
+                cx.written.push_back(WaitingWrite {
+                    channel,
+                    generation,
+                    delivery_id,
+                    written,
+                });
+                return;
+            }
+            Err(c) => c,
+        };
         cx.waiting.push(Box::pin(async move {
             let state = match c.wait().await {
                 Ok(()) => DeliveryState::Accepted,
