@@ -281,7 +281,9 @@ pub fn inbound(
         m.group_seq = p.group_sequence.map(|s| s as i32);
     }
     let mut schedule = ScheduleProperties::default();
-    for entry in view.application_property_entries() {
+    let entries = view.application_property_entries();
+    m.properties.reserve_exact(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
+    for entry in entries {
         let (key, v) = entry.map_err(ConvertError::Malformed)?;
         let Some(name) = key else { continue };
         schedule.note(name, &v);

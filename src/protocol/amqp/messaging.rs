@@ -379,6 +379,11 @@ impl<'a> ApplicationProperties<'a> {
 impl<'a> Iterator for ApplicationProperties<'a> {
     type Item = Result<(Option<&'a str>, Value)>;
 
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // Plus one for a trailing-bytes error.
+        (0, Some(self.entries_left + 1))
+    }
+
     fn next(&mut self) -> Option<Self::Item> {
         if self.entries_left == 0 {
             // Bytes the count does not cover make the map malformed.
