@@ -2,9 +2,10 @@
 //! core hands over deliveries for every link of the connection.
 //!
 //! Handlers are synchronous and only queue frames in [`Ctx::out`]; the loop writes them all
-//! with one flush per wake-up. Work that must wait for the disk (settling a durable transfer,
-//! committing a transaction) runs as a future in [`Ctx::waiting`] and comes back as a
-//! disposition.
+//! with one flush per wake-up. A durable transfer waits for its disk write in
+//! [`Ctx::written`] (oldest first, as the store answers); other work that must wait
+//! (a transfer held back by flow control, a transaction) runs as a future in
+//! [`Ctx::waiting`]. Both come back as dispositions.
 
 use bytes::BytesMut;
 
