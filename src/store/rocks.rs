@@ -506,6 +506,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_queue_acknowledged_just_too_late_gets_a_wider_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), holding(40)).unwrap();
+        let ms = std::time::Duration::from_millis;
+        // Acknowledged 60 ms after it came: too late for 40 ms, so it was written.
+        let sent = store.submit(put(1, 1));
+        tokio::time::sleep(ms(60)).await;
+        sent.wait().await.unwrap();
+        assert_eq!(seqs(&store, 1), vec![1]);
+        store.submit(delete(1, 1)).wait().await.unwrap();
+        // The queue now gets 80 ms: past the configured 40 it is still kept back,
+        // and an acknowledgement then cancels it out.
+        let sent = store.submit(put(1, 2));
+        tokio::time::sleep(ms(50)).await;
+        assert!(seqs(&store, 1).is_empty(), "kept back past the configured window");
+        store.submit_detached(delete(1, 2));
+        sent.wait().await.unwrap();
+        drop(store);
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        assert!(seqs(&store, 1).is_empty());
+    }
+
+    #[tokio::test]
     async fn a_held_message_nobody_acknowledges_is_written_when_its_time_is_up() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), holding(20)).unwrap();

@@ -229,6 +229,16 @@ struct Queued {
 }
 
 impl Queued {
+    /// When it must be written, if it is kept back.
+    fn hold_deadline(&self, holding: &Holding) -> Option<Instant> {
+        match (&self.ops, self.held_since) {
+            (OpList::One(Op::PutMessage { key, .. }), Some(since)) => {
+                Some(holding.deadline(key.queue, since))
+            }
+            _ => None,
+        }
+    }
+
     fn op_count(&self) -> usize {
         match &self.ops {
             OpList::One(_) => 1,
@@ -255,9 +265,8 @@ impl Writer {
         while open {
             let held_until = queued
                 .iter()
-                .filter_map(|q| q.held_since)
-                .min()
-                .map(|since| self.holding.deadline(since));
+                .filter_map(|q| q.hold_deadline(&self.holding))
+                .min();
             let first = match held_until {
                 Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
                 None if dirty => rx.recv_timeout(self.idle_flush_after),
@@ -465,6 +474,9 @@ impl Writer {
         let mut held = vec![false; submissions.len()];
         // (queue, held messages consumed, held messages out of time)
         let mut outcomes: Vec<(u32, usize, usize)> = Vec::new();
+        // Out of time is final: a window widened by this very commit does not take
+        // back a message whose own window ran out.
+        let mut expired = vec![false; ops.len()];
         let mut reorders = false;
         for (i, op) in ops.iter().enumerate() {
             match op {
@@ -478,7 +490,9 @@ impl Writer {
                         continue;
                     };
                     let consumed = elided[i];
-                    let out_of_time = !consumed && !self.holding.within_window(since, now);
+                    let out_of_time =
+                        !consumed && !self.holding.within_window(key.queue, since, now);
+                    expired[i] = out_of_time;
                     match outcomes.iter_mut().find(|(q, _, _)| *q == key.queue) {
                         Some(o) => {
                             o.1 += usize::from(consumed);
@@ -511,8 +525,9 @@ impl Writer {
             held[owner[i]] = alone
                 && *consumable
                 && !elided[i]
+                && !expired[i]
                 && self.holding.may_hold(key.queue, now)
-                && since.is_none_or(|since| self.holding.within_window(since, now));
+                && since.is_none_or(|since| self.holding.within_window(key.queue, since, now));
         }
         held
     }
