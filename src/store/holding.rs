@@ -115,16 +115,28 @@ mod tests {
             assert!(holding.may_hold(1, now));
             assert_eq!(holding.deadline(1, now), now + ms(wider));
         }
-        assert_eq!(holding.deadline(2, now), now + ms(2), "other queues keep theirs");
+        assert_eq!(
+            holding.deadline(2, now),
+            now + ms(2),
+            "other queues keep theirs"
+        );
         // ...and failing at the widest, the queue is left alone for a while.
         holding.learn(1, 0, 10, now);
         assert!(!holding.may_hold(1, now));
         assert!(holding.may_hold(2, now), "other queues are not affected");
         assert!(holding.may_hold(1, now + RETRY_AFTER), "tried again later");
-        assert_eq!(holding.deadline(1, now), now + ms(2), "from the configured window");
+        assert_eq!(
+            holding.deadline(1, now),
+            now + ms(2),
+            "from the configured window"
+        );
         holding.learn(1, 3, 7, now + RETRY_AFTER);
         assert!(holding.may_hold(1, now + RETRY_AFTER));
-        assert_eq!(holding.deadline(1, now), now + ms(4), "some came late: wider");
+        assert_eq!(
+            holding.deadline(1, now),
+            now + ms(4),
+            "some came late: wider"
+        );
         holding.learn(1, 5, 0, now + RETRY_AFTER);
         assert_eq!(holding.deadline(1, now), now + ms(4), "all in time: kept");
         holding.forget(1);

@@ -520,7 +520,10 @@ mod tests {
         // and an acknowledgement then cancels it out.
         let sent = store.submit(put(1, 2));
         tokio::time::sleep(ms(50)).await;
-        assert!(seqs(&store, 1).is_empty(), "kept back past the configured window");
+        assert!(
+            seqs(&store, 1).is_empty(),
+            "kept back past the configured window"
+        );
         store.submit_detached(delete(1, 2));
         sent.wait().await.unwrap();
         drop(store);

@@ -282,7 +282,8 @@ pub fn inbound(
     }
     let mut schedule = ScheduleProperties::default();
     let entries = view.application_property_entries();
-    m.properties.reserve_exact(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
+    m.properties
+        .reserve_exact(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
     for entry in entries {
         let (key, v) = entry.map_err(ConvertError::Malformed)?;
         let Some(name) = key else { continue };

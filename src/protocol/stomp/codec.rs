@@ -366,7 +366,9 @@ impl StompCodec {
             // The peer reads the first content-length: it must be right.
             if !w.has_length && name.as_bytes() == CONTENT_LENGTH.as_bytes() {
                 if parse_content_length(value.as_bytes()) != Some(frame.body.len()) {
-                    return Err(w.abandon(StompError::InvalidContentLength(quote(value.as_bytes()))));
+                    return Err(
+                        w.abandon(StompError::InvalidContentLength(quote(value.as_bytes())))
+                    );
                 }
                 w.has_length = true;
             }
@@ -592,7 +594,10 @@ fn put_text(text: &[u8], escape: bool, dst: &mut BytesMut) {
 
 fn put_decimal(n: usize, dst: &mut BytesMut) {
     let mut digits = [0u8; 21];
-    dst.put_slice(signed_decimal(i64::try_from(n).unwrap_or(i64::MAX), &mut digits));
+    dst.put_slice(signed_decimal(
+        i64::try_from(n).unwrap_or(i64::MAX),
+        &mut digits,
+    ));
 }
 
 /// `n` in decimal, sign included, written at the end of `digits` (21 hold i64::MIN).

@@ -452,9 +452,18 @@ mod tests {
         use super::super::codec::{Inbound, Limits, StompCodec};
         use tokio_util::codec::Decoder;
         let mut buf = bytes::BytesMut::new();
-        write_message(m, info, FrameWriter::new(Command::Message, escape, &mut buf)).unwrap();
+        write_message(
+            m,
+            info,
+            FrameWriter::new(Command::Message, escape, &mut buf),
+        )
+        .unwrap();
         let mut codec = StompCodec::new(Limits::default());
-        codec.set_version(if escape { super::super::frame::Version::V1_2 } else { super::super::frame::Version::V1_0 });
+        codec.set_version(if escape {
+            super::super::frame::Version::V1_2
+        } else {
+            super::super::frame::Version::V1_0
+        });
         match codec.decode(&mut buf).unwrap() {
             Some(Inbound::Frame(f)) => {
                 assert!(buf.is_empty());
@@ -523,10 +532,21 @@ mod tests {
         }
         assert_eq!(&f.body[..], b"hello");
         // STOMP 1.0 cannot escape: a colon in a value is fine, a line break is not.
-        let f = written(&Message { correlation_id: None, ..m.clone() }, info(), false);
+        let f = written(
+            &Message {
+                correlation_id: None,
+                ..m.clone()
+            },
+            info(),
+            false,
+        );
         assert_eq!(f.header("color"), Some("red:blue"));
         let mut buf = bytes::BytesMut::from(&b"before"[..]);
-        let err = write_message(&m, info(), FrameWriter::new(Command::Message, false, &mut buf));
+        let err = write_message(
+            &m,
+            info(),
+            FrameWriter::new(Command::Message, false, &mut buf),
+        );
         assert!(err.is_err());
         assert_eq!(&buf[..], b"before", "a failed frame leaves nothing behind");
     }
@@ -536,7 +556,14 @@ mod tests {
         for (slot, name) in FRAME_HEADERS.iter().enumerate() {
             assert_eq!(frame_header_slot(name), Some(slot), "{name}");
         }
-        for other in ["", "x", "colour", "destinatioN", "receipts", "a-very-long-header-name-indeed"] {
+        for other in [
+            "",
+            "x",
+            "colour",
+            "destinatioN",
+            "receipts",
+            "a-very-long-header-name-indeed",
+        ] {
             assert_eq!(frame_header_slot(other), None, "{other}");
         }
     }
