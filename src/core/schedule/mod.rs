@@ -196,7 +196,7 @@ impl Schedule {
         });
         // Nothing else writes the scheduled family yet: no barrier needed.
         let page = inner.store.scan_scheduled(FIRST_KEY, capacity)?;
-        let loaded = inner.load(broker, page, capacity);
+        let loaded = load_page(&inner.store, inner.boot_seq, broker, page, capacity);
         inner.merge(loaded);
         let schedule = Arc::new(Schedule { inner });
         let timer = runtime.spawn(run(schedule.inner.clone(), broker.clone()));
@@ -475,10 +475,6 @@ impl Inner {
             .wait()
             .await?;
         Ok(())
-    }
-
-    fn load(&self, broker: &Broker, page: Vec<(ScheduleKey, bytes::Bytes)>, want: usize) -> Loaded {
-        load_page(&self.store, self.boot_seq, broker, page, want)
     }
 
     /// Adds a loaded page to the window and moves the bound past it.

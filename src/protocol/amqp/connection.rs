@@ -492,15 +492,11 @@ where
         let Some(w) = self.cx.written.pop_front() else {
             return;
         };
-        let state = match result {
-            Ok(()) => DeliveryState::Accepted,
-            Err(e) => super::session::rejected(condition::INTERNAL_ERROR, &e.to_string()),
-        };
         self.settled(Settled {
             channel: w.channel,
             generation: w.generation,
             delivery_id: w.delivery_id,
-            state,
+            state: super::session::write_outcome(result),
         });
     }
 

@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use super::described::{list_fields, Composite, FieldReader, ListWriter};
 use super::error::{AmqpCodecError, Result};
 use super::types::decode::{
-    compound_header, descriptor_after_marker, finish, value as decode_value,
+    compound_header, descriptor_after_marker, finish, value as decode_value, variable_slice,
 };
 use super::types::{code, encode, Ctx, Descriptor, Map, Str, Symbol, Value};
 
@@ -342,19 +342,7 @@ pub struct ApplicationProperties<'a> {
 impl<'a> ApplicationProperties<'a> {
     fn key(&self, i: &'a [u8]) -> Result<(&'a [u8], Option<&'a str>)> {
         let text = |wide: bool| -> Result<(&'a [u8], Option<&'a str>)> {
-            let (len, body) = if wide {
-                let (l, b) = i[1..]
-                    .split_first_chunk::<4>()
-                    .ok_or(AmqpCodecError::Truncated)?;
-                (u32::from_be_bytes(*l) as usize, b)
-            } else {
-                let (l, b) = i[1..].split_first().ok_or(AmqpCodecError::Truncated)?;
-                (usize::from(*l), b)
-            };
-            if body.len() < len {
-                return Err(AmqpCodecError::Truncated);
-            }
-            let (text, rest) = body.split_at(len);
+            let (rest, text) = finish(variable_slice(&i[1..], wide))?;
             let text = std::str::from_utf8(text).map_err(|_| AmqpCodecError::InvalidUtf8)?;
             Ok((rest, Some(text)))
         };

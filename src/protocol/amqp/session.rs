@@ -16,7 +16,7 @@ use crate::core::consumer::{ConsumerId, Delivery, Release};
 use crate::core::message::now_ms;
 use crate::core::queue::Queue;
 use crate::core::CoreError;
-use crate::store::Completion;
+use crate::store::{Completion, StoreError};
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -633,10 +633,7 @@ impl Session {
             Err(c) => c,
         };
         cx.waiting.push(Box::pin(async move {
-            let state = match c.wait().await {
-                Ok(()) => DeliveryState::Accepted,
-                Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),
-            };
+            let state = write_outcome(c.wait().await);
             Settled {
                 channel,
                 generation,
@@ -809,6 +806,14 @@ pub fn apply_outcome(
     };
     let _ = queue.release(consumer, seq, how);
     None
+}
+
+/// How a transfer is settled once its disk write is done (or failed).
+pub fn write_outcome(result: Result<(), Arc<StoreError>>) -> DeliveryState {
+    match result {
+        Ok(()) => DeliveryState::Accepted,
+        Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),
+    }
 }
 
 pub fn rejected(condition: &str, description: &str) -> DeliveryState {

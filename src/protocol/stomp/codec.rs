@@ -146,7 +146,7 @@ impl StompCodec {
         self.spans.clear();
     }
 
-    fn escapes(&self, command: Command) -> bool {
+    pub fn escapes(&self, command: Command) -> bool {
         self.version.escapes_headers() && command.escapes_headers()
     }
 
@@ -377,11 +377,6 @@ impl StompCodec {
         w.finish(&frame.body);
         Ok(())
     }
-
-    /// Whether this connection's frames of `command` escape their headers.
-    pub fn escapes_for(&self, command: Command) -> bool {
-        self.escapes(command)
-    }
 }
 
 /// Writes one frame straight into the write buffer, header by header, so a frame built
@@ -394,7 +389,7 @@ pub struct FrameWriter<'a> {
 }
 
 impl<'a> FrameWriter<'a> {
-    /// Starts a frame: `escape` as [`StompCodec::escapes_for`] says for `command`.
+    /// Starts a frame: `escape` as [`StompCodec::escapes`] says for `command`.
     pub fn new(command: Command, escape: bool, dst: &'a mut BytesMut) -> Self {
         let start = dst.len();
         dst.put_slice(command.as_str().as_bytes());
@@ -420,10 +415,15 @@ impl<'a> FrameWriter<'a> {
             return Err(self.abandon(Malformed::Unescapable.into()));
         }
         put_text(name, self.escape, self.dst);
+        self.value(value);
+        Ok(())
+    }
+
+    /// The rest of a header line after its name: `:`, the value, EOL.
+    fn value(&mut self, value: &[u8]) {
         self.dst.put_u8(b':');
         put_text(value, self.escape, self.dst);
         self.dst.put_u8(b'\n');
-        Ok(())
     }
 
     /// A header with one of our own names, which never need escaping or checking.
@@ -433,9 +433,7 @@ impl<'a> FrameWriter<'a> {
             return Err(self.abandon(Malformed::Unescapable.into()));
         }
         self.dst.put_slice(name.as_bytes());
-        self.dst.put_u8(b':');
-        put_text(value, self.escape, self.dst);
-        self.dst.put_u8(b'\n');
+        self.value(value);
         Ok(())
     }
 

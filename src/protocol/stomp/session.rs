@@ -408,7 +408,7 @@ where
             sub.order_of.insert(delivery.seq, self.delivery_counter);
         }
         let ack = self.version == Version::V1_2 && sub.ack != AckMode::Auto;
-        let escape = self.framed.codec().escapes_for(Command::Message);
+        let escape = self.framed.codec().escapes(Command::Message);
         convert::write_message(
             &delivery.message,
             DeliveryInfo {

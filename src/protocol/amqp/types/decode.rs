@@ -92,14 +92,19 @@ fn fixed<'a, const N: usize>(i: &'a [u8]) -> PResult<'a, [u8; N]> {
     Ok((i, out))
 }
 
-fn variable<'a>(cx: &Ctx<'a>, i: &'a [u8], wide: bool) -> PResult<'a, Bytes> {
+/// The bytes of a variable-width value (after its constructor), borrowed.
+pub(crate) fn variable_slice(i: &[u8], wide: bool) -> PResult<'_, &[u8]> {
     let (i, len) = if wide {
         be_u32(i)?
     } else {
         let (i, l) = be_u8(i)?;
         (i, u32::from(l))
     };
-    let (i, data) = take(len as usize)(i)?;
+    take(len as usize)(i)
+}
+
+fn variable<'a>(cx: &Ctx<'a>, i: &'a [u8], wide: bool) -> PResult<'a, Bytes> {
+    let (i, data) = variable_slice(i, wide)?;
     match cx.bytes(data) {
         Ok(b) => Ok((i, b)),
         Err(e) => fail(e),
