@@ -506,6 +506,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn many_held_messages_do_not_crowd_out_their_acknowledgements() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            max_batch: 100,
+            ..holding(500)
+        };
+        let store = Store::open(dir.path(), options).unwrap();
+        let empty = memtable_bytes(&store);
+        // Twenty batches' worth kept back at once (four producers with deep
+        // windows): a commit must still take a full batch of the deletes that
+        // cancel them, not one submission at a time until their time runs out.
+        let sent: Vec<Completion> = (0..2000).map(|seq| store.submit(put(1, seq))).collect();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        for seq in 0..2000 {
+            store.submit_detached(delete(1, seq));
+        }
+        for completion in sent {
+            completion.wait().await.unwrap();
+        }
+        assert_eq!(
+            memtable_bytes(&store),
+            empty,
+            "held messages were written instead of cancelled out"
+        );
+    }
+
+    #[tokio::test]
     async fn a_queue_acknowledged_just_too_late_gets_a_wider_window() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), holding(40)).unwrap();

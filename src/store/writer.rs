@@ -284,7 +284,13 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
-            let mut count: usize = queued.iter().map(Queued::op_count).sum();
+            // Messages kept back from earlier commits are not written unless due:
+            // they must not crowd out the acknowledgements that cancel them.
+            let mut count: usize = queued
+                .iter()
+                .filter(|q| q.held_since.is_none())
+                .map(Queued::op_count)
+                .sum();
             let deadline = match self.policy {
                 FsyncPolicy::Batched { window } => Some(Instant::now() + window),
                 _ => None,
