@@ -3,11 +3,13 @@
 
 mod holding;
 mod keys;
+mod record;
 mod release;
 mod rocks;
 mod writer;
 
 pub use keys::{MessageKey, ScheduleKey};
+pub use record::{MessageRecord, Record};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
 pub use writer::{Completion, FsyncPolicy, Hold, Op, Written};
 

@@ -117,6 +117,7 @@ impl Store {
                     idle_flush_after: options.idle_flush_after,
                     idle_flush: None,
                     holding: Holding::new(options.hold_for_ack),
+                    scratch: Vec::new(),
                 }
                 .run(rx)
             })
@@ -317,7 +318,7 @@ mod tests {
     fn put(queue: u32, seq: u64) -> Op {
         Op::PutMessage {
             key: MessageKey { queue, seq },
-            record: Bytes::from(vec![seq as u8]),
+            record: Bytes::from(vec![seq as u8]).into(),
             consumable: true,
         }
     }

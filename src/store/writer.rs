@@ -4,6 +4,7 @@
 
 use super::holding::Holding;
 use super::keys::{MessageKey, ScheduleKey};
+use super::record::Record;
 use super::release::{Releases, Ticket};
 use super::rocks::{CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
 use super::StoreError;
@@ -31,7 +32,7 @@ pub enum FsyncPolicy {
 pub enum Op {
     PutMessage {
         key: MessageKey,
-        record: Bytes,
+        record: Record,
         /// The queue keeps it in memory and has consumers, so it may be
         /// acknowledged before it is written (see `holding`). False for a
         /// queue without consumers, and for a message paged straight to disk:
@@ -218,6 +219,8 @@ pub(super) struct Writer {
     /// (it holds the DB open).
     pub idle_flush: Option<std::thread::JoinHandle<()>>,
     pub holding: Holding,
+    /// Where records made only now are encoded (see `record`).
+    pub scratch: Vec<u8>,
 }
 
 /// A submission on its way through the writer.
@@ -538,12 +541,12 @@ impl Writer {
         held
     }
 
-    fn apply(&self, batch: &mut WriteBatch, op: Op) {
+    fn apply(&mut self, batch: &mut WriteBatch, op: Op) {
         let cf = |name| self.db.cf_handle(name);
         match op {
             Op::PutMessage { key, record, .. } => {
                 if let Some(cf) = cf(CF_MESSAGES) {
-                    batch.put_cf(cf, key.encode(), record);
+                    batch.put_cf(cf, key.encode(), record.bytes(&mut self.scratch));
                 }
             }
             Op::DeleteMessage { key } => {

@@ -17,7 +17,7 @@ use super::message::{now_ms, Message};
 use super::persist;
 use super::settings::QueueSettings;
 use crate::core::fast_map::FastMap;
-use crate::store::{Completion, Hold, MessageKey, Op, Store};
+use crate::store::{Completion, Hold, MessageKey, Op, Record, Store};
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -245,8 +245,8 @@ impl Queue {
         also: Option<Op>,
     ) -> Completion {
         let durable = message.durable || self.settings.durable;
-        // Encode outside the lock; the record does not depend on the sequence.
-        let record = durable.then(|| persist::encode(&message, delivery_count));
+        // The writer encodes the record only if it writes it (see `store::record`).
+        let record = || Record::message(message.clone(), delivery_count);
         let mut after = AfterUnlock::default();
         let completion = {
             let mut st = self.state.lock();
@@ -256,7 +256,7 @@ impl Queue {
             let to_disk =
                 st.backlog.count > 0 || st.ready.len() >= self.settings.max_memory_messages;
             if to_disk {
-                let record = record.unwrap_or_else(|| persist::encode(&message, delivery_count));
+                let record = record();
                 if st.backlog.count == 0 {
                     st.backlog.next_seq = seq;
                 }
@@ -275,12 +275,12 @@ impl Queue {
                 // Without a consumer nothing can acknowledge it before it is
                 // written: the store need not wait for one.
                 let consumable = Self::has_consumers(&st);
-                let put = record.map(|record| Op::PutMessage {
+                let put = durable.then(|| Op::PutMessage {
                     key: MessageKey {
                         queue: self.id,
                         seq,
                     },
-                    record,
+                    record: record(),
                     consumable,
                 });
                 let completion = self.write(put, also);
