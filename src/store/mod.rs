@@ -1,6 +1,7 @@
 //! RocksDB persistence: the core hands it opaque records keyed by queue and
 //! sequence; it never interprets a message.
 
+mod held;
 mod holding;
 mod keys;
 mod record;

@@ -117,6 +117,7 @@ impl Store {
                     idle_flush_after: options.idle_flush_after,
                     idle_flush: None,
                     holding: Holding::new(options.hold_for_ack),
+                    held: Default::default(),
                     scratch: Vec::new(),
                 }
                 .run(rx)

@@ -2,6 +2,7 @@
 //! connections share one WriteBatch and one fsync (group commit), and the
 //! changes of one queue reach RocksDB in the order the core made them.
 
+use super::held::{Held, HeldPut};
 use super::holding::Holding;
 use super::keys::{MessageKey, ScheduleKey};
 use super::record::Record;
@@ -219,6 +220,8 @@ pub(super) struct Writer {
     /// (it holds the DB open).
     pub idle_flush: Option<std::thread::JoinHandle<()>>,
     pub holding: Holding,
+    /// New messages kept back for their consumers' acknowledgements.
+    pub held: Held,
     /// Where records made only now are encoded (see `record`).
     pub scratch: Vec<u8>,
 }
@@ -227,21 +230,9 @@ pub(super) struct Writer {
 struct Queued {
     ops: OpList,
     ticket: Option<Ticket>,
-    /// When the writer first kept it back for its consumer (see `holding`).
-    held_since: Option<Instant>,
 }
 
 impl Queued {
-    /// When it must be written, if it is kept back.
-    fn hold_deadline(&self, holding: &Holding) -> Option<Instant> {
-        match (&self.ops, self.held_since) {
-            (OpList::One(Op::PutMessage { key, .. }), Some(since)) => {
-                Some(holding.deadline(key.queue, since))
-            }
-            _ => None,
-        }
-    }
-
     fn op_count(&self) -> usize {
         match &self.ops {
             OpList::One(_) => 1,
@@ -260,16 +251,13 @@ struct Commit {
 impl Writer {
     pub fn run(mut self, rx: Receiver<Submission>) {
         let mut releases = Releases::default();
-        // Submissions for the next commit; those kept back from the last one first.
+        // Submissions for the next commit.
         let mut queued: Vec<Queued> = Vec::new();
         // Something was written since the last idle flush.
         let mut dirty = false;
         let mut open = true;
         while open {
-            let held_until = queued
-                .iter()
-                .filter_map(|q| q.hold_deadline(&self.holding))
-                .min();
+            let held_until = self.held.next_due(&self.holding);
             let first = match held_until {
                 Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
                 None if dirty => rx.recv_timeout(self.idle_flush_after),
@@ -289,11 +277,7 @@ impl Writer {
             }
             // Messages kept back from earlier commits are not written unless due:
             // they must not crowd out the acknowledgements that cancel them.
-            let mut count: usize = queued
-                .iter()
-                .filter(|q| q.held_since.is_none())
-                .map(Queued::op_count)
-                .sum();
+            let mut count: usize = queued.iter().map(Queued::op_count).sum();
             let deadline = match self.policy {
                 FsyncPolicy::Batched { window } => Some(Instant::now() + window),
                 _ => None,
@@ -339,7 +323,7 @@ impl Writer {
                 releases.resolve(ticket, result.clone());
             }
             releases.release();
-            if !wrote && !queued.is_empty() && open {
+            if !wrote && !self.held.is_empty() && open {
                 // Only messages kept back and their cancelled pairs: without an
                 // fsync to wait for, the next commit would otherwise be a wake-up
                 // per submission. Let some gather (well within the hold window).
@@ -379,26 +363,27 @@ impl Writer {
         }
     }
 
-    /// One WriteBatch for the queued ops, in order; its `batch` is `None` when
-    /// nothing is left to write. A message stored and then acknowledged within
-    /// the same commit (a consumer that keeps up) is not written at all: neither
-    /// its put nor its delete reaches RocksDB. Dropping the delete is safe
-    /// because a message key is put once only (sequences are never reused while
-    /// a record with that key exists), so nothing older under that key can be
-    /// on disk. A delete of a record from an earlier commit (or run) is kept.
+    /// One WriteBatch for the queued ops, in order, and for the held messages
+    /// that are due; its `batch` is `None` when nothing is left to write. A
+    /// message stored and then acknowledged before it is written (a consumer
+    /// that keeps up) is not written at all: neither its put nor its delete
+    /// reaches RocksDB. Dropping the delete is safe because a message key is
+    /// put once only (sequences are never reused while a record with that key
+    /// exists), so nothing older under that key can be on disk. A delete of a
+    /// record from an earlier commit (or run) is kept.
     ///
-    /// New messages of queues whose consumers keep up are kept back in
-    /// `queued` for the next commit (`may_hold`; see `holding`), unless the
-    /// commit purges or deletes a queue, whose order they must not cross.
+    /// New messages of queues whose consumers keep up are kept back in `held`
+    /// (`may_hold`; see `holding`). A commit that purges or deletes a queue
+    /// writes every held message first: they must not cross it.
     fn build(&mut self, queued: &mut Vec<Queued>, now: Instant, may_hold: bool) -> Commit {
         let count: usize = queued.iter().map(Queued::op_count).sum();
         let mut ops: Vec<Op> = Vec::with_capacity(count);
         // Per op, the submission it came in.
         let mut owner: Vec<usize> = Vec::with_capacity(count);
-        let mut submissions: Vec<(Option<Ticket>, Option<Instant>, bool)> =
-            Vec::with_capacity(queued.len());
+        // Per submission, its ticket and whether it is a single op.
+        let mut submissions: Vec<(Option<Ticket>, bool)> = Vec::with_capacity(queued.len());
         for (i, q) in queued.drain(..).enumerate() {
-            submissions.push((q.ticket, q.held_since, matches!(q.ops, OpList::One(_))));
+            submissions.push((q.ticket, matches!(q.ops, OpList::One(_))));
             match q.ops {
                 OpList::One(op) => {
                     ops.push(op);
@@ -409,6 +394,45 @@ impl Writer {
                     ops.extend(many);
                 }
             }
+        }
+        let mut batch = WriteBatch::default();
+        let mut any = false;
+        let mut settles: Vec<Ticket> = Vec::with_capacity(submissions.len());
+        // (queue, held messages cancelled out, held messages out of time)
+        let mut outcomes: Vec<(u32, usize, usize)> = Vec::new();
+        let mut reorders = false;
+        for op in &ops {
+            match op {
+                Op::PurgeQueue { queue } => {
+                    self.holding.forget(*queue);
+                    reorders = true;
+                }
+                Op::DeleteQueue { .. } => reorders = true,
+                _ => {}
+            }
+        }
+        // Held messages out of time (every one on the way out, or before a
+        // purge) go first. Out of time is final: a window this commit widens
+        // does not take them back.
+        let mut due: Vec<(MessageKey, HeldPut, bool)> = Vec::new();
+        self.held.take(
+            &self.holding,
+            now,
+            reorders || !may_hold,
+            |key, put, late| due.push((key, put, late)),
+        );
+        for (key, put, late) in due {
+            outcome(&mut outcomes, key.queue).2 += usize::from(late);
+            settles.extend(put.ticket);
+            self.apply(
+                &mut batch,
+                Op::PutMessage {
+                    key,
+                    record: put.record,
+                    consumable: true,
+                },
+            );
+            any = true;
         }
         let mut elided = vec![false; ops.len()];
         // Nothing acknowledged in this batch (a producer ahead of its
@@ -425,6 +449,10 @@ impl Writer {
                         if let Some(put) = put_at.remove(key) {
                             elided[put] = true;
                             elided[i] = true;
+                        } else if let Some(held) = self.held.cancel(key) {
+                            elided[i] = true;
+                            settles.extend(held.ticket);
+                            outcome(&mut outcomes, key.queue).1 += 1;
                         }
                     }
                     _ => {}
@@ -434,20 +462,32 @@ impl Writer {
         } else {
             Vec::new()
         };
-        let held = self.keep_back(&ops, &owner, &elided, &submissions, now, may_hold);
-        let mut batch = WriteBatch::default();
-        let mut any = false;
-        for ((op, elided), i) in ops.drain(..).zip(elided).zip(owner) {
-            if held[i] {
-                let since = submissions[i].1.unwrap_or(now);
-                queued.push(Queued {
-                    ops: OpList::One(op),
-                    ticket: submissions[i].0,
-                    held_since: Some(since),
-                });
-            } else if !elided {
-                self.apply(&mut batch, op);
-                any = true;
+        for (queue, consumed, late) in outcomes {
+            self.holding.learn(queue, consumed, late, now);
+        }
+        let hold = may_hold && !reorders;
+        let mut held = vec![false; submissions.len()];
+        for ((op, elided), i) in ops.into_iter().zip(elided).zip(owner) {
+            match op {
+                Op::PutMessage {
+                    key,
+                    record,
+                    consumable,
+                } if hold
+                    && submissions[i].1
+                    && consumable
+                    && !elided
+                    && self.holding.may_hold(key.queue, now) =>
+                {
+                    held[i] = true;
+                    let ticket = submissions[i].0;
+                    self.held.keep(key, HeldPut { record, ticket }, now);
+                }
+                op if !elided => {
+                    self.apply(&mut batch, op);
+                    any = true;
+                }
+                _ => {}
             }
         }
         if let Some(cf) = self.db.cf_handle(CF_MESSAGES) {
@@ -456,89 +496,17 @@ impl Writer {
                 any = true;
             }
         }
-        let settles = submissions
-            .iter()
-            .zip(held)
-            .filter(|(_, held)| !held)
-            .filter_map(|((ticket, _, _), _)| *ticket)
-            .collect();
+        settles.extend(
+            submissions
+                .iter()
+                .zip(held)
+                .filter(|(_, held)| !held)
+                .filter_map(|((ticket, _), _)| *ticket),
+        );
         Commit {
             batch: any.then_some(batch),
             settles,
         }
-    }
-
-    /// Which submissions (by index) stay back for the next commit: a single
-    /// new message not cancelled out here, of a queue worth holding, within
-    /// its window. Learns from how the messages held last time fared.
-    fn keep_back(
-        &mut self,
-        ops: &[Op],
-        owner: &[usize],
-        elided: &[bool],
-        submissions: &[(Option<Ticket>, Option<Instant>, bool)],
-        now: Instant,
-        may_hold: bool,
-    ) -> Vec<bool> {
-        let mut held = vec![false; submissions.len()];
-        // (queue, held messages consumed, held messages out of time)
-        let mut outcomes: Vec<(u32, usize, usize)> = Vec::new();
-        // Out of time is final: a window widened by this very commit does not take
-        // back a message whose own window ran out.
-        let mut expired = vec![false; ops.len()];
-        let mut reorders = false;
-        for (i, op) in ops.iter().enumerate() {
-            match op {
-                Op::PurgeQueue { queue } => {
-                    self.holding.forget(*queue);
-                    reorders = true;
-                }
-                Op::DeleteQueue { .. } => reorders = true,
-                Op::PutMessage { key, .. } => {
-                    let Some(since) = submissions[owner[i]].1 else {
-                        continue;
-                    };
-                    let consumed = elided[i];
-                    let out_of_time =
-                        !consumed && !self.holding.within_window(key.queue, since, now);
-                    expired[i] = out_of_time;
-                    match outcomes.iter_mut().find(|(q, _, _)| *q == key.queue) {
-                        Some(o) => {
-                            o.1 += usize::from(consumed);
-                            o.2 += usize::from(out_of_time);
-                        }
-                        None => outcomes.push((
-                            key.queue,
-                            usize::from(consumed),
-                            usize::from(out_of_time),
-                        )),
-                    }
-                }
-                _ => {}
-            }
-        }
-        for (queue, consumed, written) in outcomes {
-            self.holding.learn(queue, consumed, written, now);
-        }
-        if !may_hold || reorders {
-            return held;
-        }
-        for (i, op) in ops.iter().enumerate() {
-            let Op::PutMessage {
-                key, consumable, ..
-            } = op
-            else {
-                continue;
-            };
-            let (_, since, alone) = submissions[owner[i]];
-            held[owner[i]] = alone
-                && *consumable
-                && !elided[i]
-                && !expired[i]
-                && self.holding.may_hold(key.queue, now)
-                && since.is_none_or(|since| self.holding.within_window(key.queue, since, now));
-        }
-        held
     }
 
     fn apply(&mut self, batch: &mut WriteBatch, op: Op) {
@@ -597,8 +565,19 @@ fn enqueue(submission: Submission, releases: &mut Releases) -> Queued {
     Queued {
         ops: submission.ops,
         ticket: submission.done.map(|done| releases.enqueue(done)),
-        held_since: None,
     }
+}
+
+/// The tally of one queue's held messages in a commit.
+fn outcome(outcomes: &mut Vec<(u32, usize, usize)>, queue: u32) -> &mut (u32, usize, usize) {
+    let at = match outcomes.iter().position(|(q, _, _)| *q == queue) {
+        Some(at) => at,
+        None => {
+            outcomes.push((queue, 0, 0));
+            outcomes.len() - 1
+        }
+    };
+    &mut outcomes[at]
 }
 
 /// Shortest run of consecutive deletes written as one range tombstone.
