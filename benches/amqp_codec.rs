@@ -51,6 +51,7 @@ fn transfer(payload: Bytes) -> Outbound {
         }
         .into(),
         payload,
+        payload_tail: Bytes::new(),
     }))
 }
 

@@ -186,14 +186,7 @@ impl Connection {
     /// Encodes a frame into the write buffer without writing it.
     fn queue(&mut self, p: Performative) {
         let buf = self.framed.write_buffer_mut();
-        encode_frame(
-            &Frame::Amqp(AmqpFrame {
-                channel: 0,
-                performative: p,
-                payload: Bytes::new(),
-            }),
-            buf,
-        );
+        encode_frame(&Frame::Amqp(AmqpFrame::bare(0, p)), buf);
     }
 
     fn buffered(&self) -> usize {
@@ -335,11 +328,7 @@ impl Connection {
 }
 
 fn outbound(p: Performative) -> Outbound {
-    Outbound::Frame(Frame::Amqp(AmqpFrame {
-        channel: 0,
-        performative: p,
-        payload: Bytes::new(),
-    }))
+    Outbound::Frame(Frame::Amqp(AmqpFrame::bare(0, p)))
 }
 
 fn broker_error(what: &str, error: Option<&crate::protocol::amqp::AmqpError>) -> PerfError {
@@ -612,6 +601,7 @@ impl AmqpPublisher {
                 channel: 0,
                 performative: Performative::Transfer(transfer.clone()),
                 payload: chunk,
+                payload_tail: Bytes::new(),
             });
             encode_frame(&frame, self.conn.framed.write_buffer_mut());
             self.conn.next_outgoing_id = self.conn.next_outgoing_id.wrapping_add(1);

@@ -75,6 +75,22 @@ pub struct AmqpFrame {
     pub channel: u16,
     pub performative: Performative,
     pub payload: Bytes,
+    /// Outgoing only: more of the payload, written after `payload`. A message sent on
+    /// as it came (its sections as received) follows its new header from where it
+    /// already is, instead of being copied next to it first. Empty when decoded.
+    pub payload_tail: Bytes,
+}
+
+impl AmqpFrame {
+    /// A frame without a payload.
+    pub fn bare(channel: u16, performative: impl Into<Performative>) -> Self {
+        AmqpFrame {
+            channel,
+            performative: performative.into(),
+            payload: Bytes::new(),
+            payload_tail: Bytes::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +100,8 @@ pub enum Frame {
 }
 
 /// What the decoder yields.
+// Boxing the frame would cost an allocation per frame to save a few moves of it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Inbound {
     Header(ProtocolHeader),
@@ -93,6 +111,8 @@ pub enum Inbound {
 }
 
 /// What the encoder accepts.
+// Boxing the frame would cost an allocation per frame to save a few moves of it.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outbound {
     Header(ProtocolHeader),
@@ -126,6 +146,7 @@ pub fn decode_frame(frame: Bytes) -> Result<Inbound> {
                 channel,
                 performative,
                 payload: body,
+                payload_tail: Bytes::new(),
             })))
         }
         FRAME_TYPE_SASL if body.is_empty() => Err(AmqpCodecError::EmptySaslFrame),
@@ -150,6 +171,7 @@ pub fn encode_frame(frame: &Frame, buf: &mut BytesMut) -> usize {
         Frame::Amqp(f) => {
             f.performative.encode(buf);
             buf.put_slice(&f.payload);
+            buf.put_slice(&f.payload_tail);
         }
         Frame::Sasl(s) => s.encode(buf),
     }
@@ -298,6 +320,7 @@ mod tests {
             channel,
             performative: p,
             payload: Bytes::from_static(payload),
+            payload_tail: Bytes::new(),
         })
     }
 
@@ -481,6 +504,26 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_tail_is_sent_after_the_payload() {
+        let frame = Frame::Amqp(AmqpFrame {
+            channel: 3,
+            performative: Transfer::default().into(),
+            payload: Bytes::from_static(b"head"),
+            payload_tail: Bytes::from_static(b"and tail"),
+        });
+        let mut buf = BytesMut::new();
+        let size = encode_frame(&frame, &mut buf);
+        assert_eq!(size, buf.len());
+        match decode_frame(buf.freeze()).unwrap() {
+            Inbound::Frame(Frame::Amqp(f)) => {
+                assert_eq!(&f.payload[..], b"headand tail");
+                assert!(f.payload_tail.is_empty());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn outgoing_frames_respect_the_peer_limit() {
         let mut c = AmqpFrameCodec::default();
         c.set_remote_max_frame_size(512);
@@ -488,6 +531,7 @@ mod tests {
             channel: 0,
             performative: Transfer::default().into(),
             payload: Bytes::from(vec![0u8; 600]),
+            payload_tail: Bytes::new(),
         });
         let mut buf = BytesMut::from(&b"xy"[..]);
         let e = c.encode(Outbound::Frame(big), &mut buf).unwrap_err();
@@ -497,6 +541,7 @@ mod tests {
             channel: 0,
             performative: Open::new("c").into(),
             payload: Bytes::new(),
+            payload_tail: Bytes::new(),
         });
         c.encode(Outbound::Frame(open), &mut buf).unwrap();
         assert_eq!(buf.len(), 2 + 8 + Open::new("c").to_bytes().len());

@@ -190,11 +190,8 @@ impl Staging {
 
 impl Ctx {
     pub fn frame(&mut self, channel: u16, performative: impl Into<Performative>) {
-        self.out.push(Frame::Amqp(AmqpFrame {
-            channel,
-            performative: performative.into(),
-            payload: bytes::Bytes::new(),
-        }));
+        self.out
+            .push(Frame::Amqp(AmqpFrame::bare(channel, performative)));
     }
 
     pub fn generation(&mut self) -> u64 {
@@ -534,6 +531,7 @@ where
             channel,
             performative,
             payload,
+            ..
         } = frame;
         if matches!(
             performative,

@@ -355,15 +355,21 @@ fn header_for(m: &Message, delivery_count: u32, now: u64) -> Header {
     }
 }
 
-/// Encodes the payload for a delivery: the original bytes behind a fresh header when the
-/// message came in over AMQP, otherwise a message built from the neutral fields.
+/// Received sections at least this long follow their new header from where they are
+/// (see [`outbound`]); shorter ones are cheaper to copy than to share.
+pub const SHARE_FROM: usize = 1024;
+
+/// Encodes the payload for a delivery into `buf`: the original bytes behind a fresh header
+/// when the message came in over AMQP, otherwise a message built from the neutral fields.
+/// Original bytes of [`SHARE_FROM`] or more are not copied: they are returned, to be sent
+/// right after `buf`.
 pub fn outbound(
     m: &Message,
     delivery_count: u32,
     now: u64,
     group_first_key: Option<&str>,
     buf: &mut BytesMut,
-) {
+) -> Option<Bytes> {
     use super::described::Composite;
     let header = header_for(m, delivery_count, now);
     if let Some(key) = group_first_key {
@@ -383,15 +389,19 @@ pub fn outbound(
             .get_or_insert_with(Map::new)
             .push((AmqpValue::String(Str::from(key)), AmqpValue::Bool(true)));
         amqp.encode(buf);
-        return;
+        return None;
     }
     match &m.wire {
         Some(w) if w.format == WIRE_FORMAT => {
             header.encode(buf);
+            if w.bytes.len() >= SHARE_FROM {
+                return Some(w.bytes.clone());
+            }
             buf.extend_from_slice(&w.bytes);
         }
         _ => build(m, header).encode(buf),
     }
+    None
 }
 
 /// A message from another protocol, as an AMQP client expects it.
@@ -510,7 +520,10 @@ mod tests {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
         let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
         let mut buf = BytesMut::new();
-        outbound(&m, 3, 2000, None, &mut buf);
+        assert!(
+            outbound(&m, 3, 2000, None, &mut buf).is_none(),
+            "short: copied"
+        );
         let out = MessageView::parse(buf.freeze()).unwrap();
         assert_eq!(out.bare_message(), view.bare_message());
         assert_eq!(out.message_annotations(), view.message_annotations());
@@ -563,6 +576,26 @@ mod tests {
                 .due_at,
             Some(9999)
         );
+    }
+
+    #[test]
+    fn a_long_message_follows_its_new_header_uncopied() {
+        let mut amqp = jms_like();
+        amqp.body = Body::Data(vec![Bytes::from(vec![7u8; SHARE_FROM])]);
+        let view = MessageView::parse(amqp.to_bytes()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
+        let wire = m.wire.clone().unwrap().bytes;
+        let mut buf = BytesMut::new();
+        let tail = outbound(&m, 3, 2000, None, &mut buf).expect("shared, not copied");
+        assert_eq!(
+            tail.as_ptr(),
+            wire.as_ptr(),
+            "the received bytes themselves"
+        );
+        buf.extend_from_slice(&tail);
+        let out = MessageView::parse(buf.freeze()).unwrap();
+        assert_eq!(out.bare_message(), view.bare_message());
+        assert_eq!(out.header().unwrap().delivery_count, 2);
     }
 
     #[test]

@@ -327,7 +327,7 @@ impl Session {
                 .flatten();
             // The clock only matters for the remaining time-to-live.
             let now = d.message.expires_at.map_or(0, |_| now_ms());
-            convert::outbound(&d.message, d.delivery_count, now, first_key, payload);
+            let tail = convert::outbound(&d.message, d.delivery_count, now, first_key, payload);
             let payload = cx.staging.take();
             let frames = send_transfer(
                 cx,
@@ -336,6 +336,7 @@ impl Session {
                 delivery_id,
                 link.presettled,
                 payload,
+                tail.unwrap_or_default(),
             );
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
             self.remote_incoming_window = self.remote_incoming_window.saturating_sub(frames);
@@ -848,11 +849,20 @@ fn send_transfer(
     delivery_id: u32,
     settled: bool,
     payload: Bytes,
+    tail: Bytes,
 ) -> u32 {
     let limit = (cx.remote_max_frame as usize)
         .saturating_sub(8 + TRANSFER_OVERHEAD)
         .max(64);
-    let mut rest = payload;
+    // One frame takes the tail as it is; split over several, the payload is one piece.
+    let (mut rest, mut tail) = if payload.len() + tail.len() <= limit || tail.is_empty() {
+        (payload, tail)
+    } else {
+        let whole = cx.staging.room(payload.len() + tail.len());
+        whole.extend_from_slice(&payload);
+        whole.extend_from_slice(&tail);
+        (cx.staging.take(), Bytes::new())
+    };
     let mut first = true;
     let mut frames = 0;
     loop {
@@ -882,6 +892,7 @@ fn send_transfer(
             channel,
             performative: transfer.into(),
             payload: chunk,
+            payload_tail: std::mem::take(&mut tail),
         }));
         frames += 1;
         first = false;
@@ -907,6 +918,7 @@ mod tests {
                 batchable: false,
             }),
             payload: Bytes::new(),
+            payload_tail: Bytes::new(),
         })
     }
 
