@@ -48,7 +48,7 @@ impl MessageRecord for Message {
     }
 }
 
-pub fn encode_into(message: &Message, delivery_count: u32, out: &mut impl BufMut) {
+fn encode_into(message: &Message, delivery_count: u32, out: &mut impl BufMut) {
     out.put_u8(VERSION);
     out.put_u8(u8::from(message.durable));
     out.put_u8(message.priority);

@@ -220,7 +220,9 @@ pub(super) struct Writer {
     /// (it holds the DB open).
     pub idle_flush: Option<std::thread::JoinHandle<()>>,
     pub holding: Holding,
-    /// New messages kept back for their consumers' acknowledgements.
+    /// New messages kept back for their consumers' acknowledgements. They do
+    /// not count against `max_batch`: they are written only when due, and must
+    /// not crowd out of a commit the acknowledgements that cancel them.
     pub held: Held,
     /// Where records made only now are encoded (see `record`).
     pub scratch: Vec<u8>,
@@ -275,8 +277,6 @@ impl Writer {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => open = false,
             }
-            // Messages kept back from earlier commits are not written unless due:
-            // they must not crowd out the acknowledgements that cancel them.
             let mut count: usize = queued.iter().map(Queued::op_count).sum();
             let deadline = match self.policy {
                 FsyncPolicy::Batched { window } => Some(Instant::now() + window),
