@@ -3,3 +3,4 @@
 
 pub mod amqp;
 pub mod stomp;
+pub mod write_parts;

@@ -7,6 +7,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::{AmqpCodecError, Result};
 use super::performatives::Performative;
 use super::sasl::SaslFrame;
+use crate::protocol::write_parts::WriteParts;
 
 /// The smallest max-frame-size a peer may announce; frames up to this size are always
 /// accepted before `open` has negotiated anything larger.
@@ -158,10 +159,50 @@ pub fn decode_frame(frame: Bytes) -> Result<Inbound> {
 /// Appends a frame, returning its size. Transfer payloads are copied in after the
 /// performative.
 pub fn encode_frame(frame: &Frame, buf: &mut BytesMut) -> usize {
+    let size = encode_head(frame, buf);
+    if let Frame::Amqp(f) = frame {
+        buf.put_slice(&f.payload_tail);
+    }
+    size
+}
+
+/// Appends `frame` as the encoder does, except that a large payload tail is
+/// queued in `parts` instead of copied. A frame larger than `max` (the peer's
+/// max-frame-size) is refused and leaves nothing behind.
+pub fn encode_frame_sharing(
+    frame: &Frame,
+    max: u32,
+    buf: &mut BytesMut,
+    parts: &mut WriteParts,
+) -> Result<usize> {
+    encode_checked(frame, max, buf, |buf, tail| parts.put_body(buf, tail))
+}
+
+fn encode_checked(
+    frame: &Frame,
+    max: u32,
+    buf: &mut BytesMut,
+    put_tail: impl FnOnce(&mut BytesMut, &Bytes),
+) -> Result<usize> {
     let start = buf.len();
-    let (frame_type, channel) = match frame {
-        Frame::Amqp(f) => (FRAME_TYPE_AMQP, f.channel),
-        Frame::Sasl(_) => (FRAME_TYPE_SASL, 0),
+    let size = encode_head(frame, buf);
+    if size > max as usize {
+        buf.truncate(start);
+        return Err(AmqpCodecError::OutgoingFrameTooLarge { size, max });
+    }
+    if let Frame::Amqp(f) = frame {
+        put_tail(buf, &f.payload_tail);
+    }
+    Ok(size)
+}
+
+/// Appends all of a frame but its payload tail, with a size that counts the
+/// tail; returns that size.
+fn encode_head(frame: &Frame, buf: &mut BytesMut) -> usize {
+    let start = buf.len();
+    let (frame_type, channel, tail) = match frame {
+        Frame::Amqp(f) => (FRAME_TYPE_AMQP, f.channel, f.payload_tail.len()),
+        Frame::Sasl(_) => (FRAME_TYPE_SASL, 0, 0),
     };
     buf.put_u32(0);
     buf.put_u8(2);
@@ -171,11 +212,10 @@ pub fn encode_frame(frame: &Frame, buf: &mut BytesMut) -> usize {
         Frame::Amqp(f) => {
             f.performative.encode(buf);
             buf.put_slice(&f.payload);
-            buf.put_slice(&f.payload_tail);
         }
         Frame::Sasl(s) => s.encode(buf),
     }
-    let size = buf.len() - start;
+    let size = buf.len() - start + tail;
     buf[start..start + 4].copy_from_slice(&(size as u32).to_be_bytes());
     size
 }
@@ -227,6 +267,11 @@ impl AmqpFrameCodec {
     }
 
     /// The peer's limit for frames we send (from its `open`).
+    /// The largest frame the peer takes.
+    pub fn remote_max_frame_size(&self) -> u32 {
+        self.remote_max_frame_size
+    }
+
     pub fn set_remote_max_frame_size(&mut self, size: u32) {
         self.remote_max_frame_size = size.max(MIN_MAX_FRAME_SIZE);
     }
@@ -290,15 +335,9 @@ impl Encoder<Outbound> for AmqpFrameCodec {
             Outbound::Header(h) => dst.extend_from_slice(&h.to_bytes()),
             Outbound::Heartbeat => dst.extend_from_slice(&HEARTBEAT),
             Outbound::Frame(f) => {
-                let start = dst.len();
-                let size = encode_frame(&f, dst);
-                if size > self.remote_max_frame_size as usize {
-                    dst.truncate(start);
-                    return Err(AmqpCodecError::OutgoingFrameTooLarge {
-                        size,
-                        max: self.remote_max_frame_size,
-                    });
-                }
+                encode_checked(&f, self.remote_max_frame_size, dst, |buf, tail| {
+                    buf.put_slice(tail)
+                })?;
             }
         }
         Ok(())
@@ -521,6 +560,36 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_large_payload_tail_is_queued_uncopied_and_the_frame_reads_back_the_same() {
+        let tail = Bytes::from((0..20_000u32).map(|i| i as u8).collect::<Vec<_>>());
+        let frame = Frame::Amqp(AmqpFrame {
+            channel: 3,
+            performative: Transfer::default().into(),
+            payload: Bytes::from_static(b"head"),
+            payload_tail: tail.clone(),
+        });
+        let mut copied = BytesMut::new();
+        encode_frame(&frame, &mut copied);
+        let mut buf = BytesMut::new();
+        let mut parts = WriteParts::default();
+        let size = encode_frame_sharing(&frame, u32::MAX, &mut buf, &mut parts).unwrap();
+        assert_eq!(size, copied.len());
+        assert!(
+            buf.is_empty(),
+            "the head went ahead of the tail, the tail was not copied"
+        );
+        parts.seal(&mut buf);
+        assert_eq!(parts.gathered(), copied.to_vec());
+        // Refused when too large, leaving what was there before.
+        let mut buf = BytesMut::from(&b"xy"[..]);
+        let mut parts = WriteParts::default();
+        let e = encode_frame_sharing(&frame, 16_384, &mut buf, &mut parts).unwrap_err();
+        assert!(matches!(e, AmqpCodecError::OutgoingFrameTooLarge { .. }));
+        assert_eq!(&buf[..], b"xy");
+        assert!(parts.is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@
 use super::error::{quote, Malformed, StompError};
 use super::escape;
 use super::frame::{Command, Frame, HeaderText, Headers, Version};
+use crate::protocol::write_parts::WriteParts;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use nom::bytes::{complete, streaming};
 use nom::character::complete::digit1;
@@ -455,16 +456,29 @@ impl<'a> FrameWriter<'a> {
 
     /// Ends the headers (adding content-length for a body) and writes the body.
     pub fn finish(self, body: &[u8]) {
-        if !self.has_length && !body.is_empty() {
+        let dst = self.end_headers(body.len());
+        dst.reserve(body.len() + 1);
+        dst.put_slice(body);
+        dst.put_u8(0);
+    }
+
+    /// Like `finish`, but a large body goes out as the slice it is (see
+    /// [`WriteParts`]) instead of being copied after the headers.
+    pub fn finish_sharing(self, body: &Bytes, parts: &mut WriteParts) {
+        let dst = self.end_headers(body.len());
+        parts.put_body(dst, body);
+        dst.put_u8(0);
+    }
+
+    fn end_headers(self, body_len: usize) -> &'a mut BytesMut {
+        if !self.has_length && body_len > 0 {
             self.dst.put_slice(CONTENT_LENGTH.as_bytes());
             self.dst.put_u8(b':');
-            put_decimal(body.len(), self.dst);
+            put_decimal(body_len, self.dst);
             self.dst.put_u8(b'\n');
         }
-        self.dst.reserve(body.len() + 2);
         self.dst.put_u8(b'\n');
-        self.dst.put_slice(body);
-        self.dst.put_u8(0);
+        self.dst
     }
 }
 

@@ -7,6 +7,7 @@ use super::frame::Frame;
 use crate::core::message::{now_ms, Message, Value};
 use crate::core::names::Names;
 use crate::core::RoutingType;
+use crate::protocol::write_parts::WriteParts;
 use std::sync::Arc;
 
 /// Why a SEND cannot become a message.
@@ -330,11 +331,13 @@ pub struct DeliveryInfo<'a> {
 }
 
 /// Writes the MESSAGE frame for a delivery straight into the connection's write buffer:
-/// no frame, header list or number strings are built per message.
+/// no frame, header list or number strings are built per message. A large body is
+/// queued in `parts` after the headers instead of being copied.
 pub fn write_message(
     message: &Message,
     info: DeliveryInfo<'_>,
     mut w: FrameWriter<'_>,
+    parts: &mut WriteParts,
 ) -> Result<(), StompError> {
     w.known("subscription", info.subscription.as_bytes())?;
     if info.ack {
@@ -385,7 +388,7 @@ pub fn write_message(
             other => w.header(name.as_bytes(), other.to_text().as_bytes())?,
         }
     }
-    w.finish(&message.body);
+    w.finish_sharing(&message.body, parts);
     Ok(())
 }
 
@@ -451,13 +454,17 @@ mod tests {
     fn written(m: &Message, info: DeliveryInfo<'_>, escape: bool) -> Frame {
         use super::super::codec::{Inbound, Limits, StompCodec};
         use tokio_util::codec::Decoder;
-        let mut buf = bytes::BytesMut::new();
+        let mut head = bytes::BytesMut::new();
+        let mut parts = WriteParts::default();
         write_message(
             m,
             info,
-            FrameWriter::new(Command::Message, escape, &mut buf),
+            FrameWriter::new(Command::Message, escape, &mut head),
+            &mut parts,
         )
         .unwrap();
+        parts.seal(&mut head);
+        let mut buf = bytes::BytesMut::from(&parts.gathered()[..]);
         let mut codec = StompCodec::new(Limits::default());
         codec.set_version(if escape {
             super::super::frame::Version::V1_2
@@ -471,6 +478,38 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_large_body_is_shared_not_copied_and_reads_back_whole() {
+        let body: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        let m = Message {
+            body: bytes::Bytes::from(body.clone()),
+            ..Message::default()
+        };
+        let info = || DeliveryInfo {
+            subscription: "s",
+            message_id: "1.2",
+            ack: false,
+            destination: "/queue/q",
+            redelivered: false,
+            group_first_key: None,
+        };
+        let mut head = bytes::BytesMut::new();
+        let mut parts = WriteParts::default();
+        write_message(
+            &m,
+            info(),
+            FrameWriter::new(Command::Message, true, &mut head),
+            &mut parts,
+        )
+        .unwrap();
+        // The headers and the body are queued; only the closing NUL is in the buffer.
+        assert_eq!(&head[..], b"\0");
+        assert!(parts.len() > body.len());
+        let f = written(&m, info(), true);
+        assert_eq!(f.header("content-length"), Some("20000"));
+        assert_eq!(&f.body[..], &body[..]);
     }
 
     #[test]
@@ -546,6 +585,7 @@ mod tests {
             &m,
             info(),
             FrameWriter::new(Command::Message, false, &mut buf),
+            &mut WriteParts::default(),
         );
         assert!(err.is_err());
         assert_eq!(&buf[..], b"before", "a failed frame leaves nothing behind");

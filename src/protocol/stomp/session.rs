@@ -12,6 +12,7 @@ use crate::core::factory::ProducerGroup;
 use crate::core::queue::PendingAcks;
 use crate::core::selector::Selector;
 use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
+use crate::protocol::write_parts::WriteParts;
 use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
 use futures_util::{SinkExt, StreamExt};
@@ -126,6 +127,9 @@ struct Session<S> {
     delivery_counter: u64,
     /// The ack id of the MESSAGE frame being written (kept to reuse its allocation).
     ack_id: String,
+    /// Large bodies of the MESSAGE frames being written, queued uncopied after
+    /// what the write buffer held before them.
+    parts: WriteParts,
     version: Version,
     /// Send a heart-beat when nothing was written for this long.
     send_every: Option<Duration>,
@@ -177,6 +181,7 @@ where
         unconfirmed: None,
         delivery_counter: 0,
         ack_id: String::new(),
+        parts: WriteParts::default(),
         version: Version::V1_0,
         send_every: None,
         expect_within: None,
@@ -361,8 +366,16 @@ where
             HashMap::new();
         let mut next = Some(first);
         let mut written = 0;
+        let mut failed = None;
         while let Some(delivery) = next.take() {
-            if self.write_delivery(&delivery)? {
+            let wrote = match self.write_delivery(&delivery) {
+                Ok(wrote) => wrote,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            if wrote {
                 written += 1;
                 let auto = self
                     .sub_of_consumer
@@ -377,9 +390,21 @@ where
                         .push(delivery.seq);
                 }
             }
-            if written < 256 && self.framed.write_buffer().len() < WRITE_BATCH_BYTES {
+            let buffered = self.parts.len() + self.framed.write_buffer().len();
+            if written < 256 && buffered < WRITE_BATCH_BYTES {
                 next = self.deliveries.try_recv().ok();
             }
+        }
+        // The frames before a failed one still go out, ahead of the ERROR frame.
+        if !self.parts.is_empty() {
+            self.parts.seal(self.framed.write_buffer_mut());
+            self.parts
+                .write_all(self.framed.get_mut())
+                .await
+                .map_err(StompError::from)?;
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
         }
         SinkExt::<Outbound>::flush(&mut self.framed).await?;
         self.last_write = Instant::now();
@@ -423,6 +448,7 @@ where
                     .filter(|_| delivery.group_first),
             },
             FrameWriter::new(Command::Message, escape, self.framed.write_buffer_mut()),
+            &mut self.parts,
         )?;
         Ok(true)
     }
