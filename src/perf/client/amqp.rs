@@ -12,7 +12,7 @@ use super::stomp::{Login, SendSettings, SubscribeSettings};
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
 use crate::perf::args::{AckMode, Destination};
 use crate::perf::error::PerfError;
-use crate::protocol::amqp::codec::encode_frame;
+use crate::protocol::amqp::codec::{encode_frame, encode_frame_sharing};
 use crate::protocol::amqp::messaging;
 use crate::protocol::amqp::types::{code, encode, Descriptor};
 use crate::protocol::amqp::{
@@ -21,6 +21,7 @@ use crate::protocol::amqp::{
     ReceiverSettleMode, Role, SaslCode, SaslFrame, SaslInit, SenderSettleMode, Source, Str, Symbol,
     Target, TargetKind, Transfer, Value,
 };
+use crate::protocol::write_parts::{WriteParts, SHARE_FROM};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::collections::VecDeque;
@@ -53,6 +54,8 @@ pub struct AmqpSettings {
 /// counters both ends need (transport section 2.5.6).
 struct Connection {
     framed: Framed<TcpStream, AmqpFrameCodec>,
+    /// Large message bodies queued uncopied after the frames before them.
+    parts: WriteParts,
     remote_max_frame: u32,
     /// Half the broker's idle timeout: we must send something this often.
     keepalive: Option<Duration>,
@@ -73,6 +76,7 @@ impl Connection {
         let codec = AmqpFrameCodec::new(MAX_FRAME_SIZE);
         let mut conn = Connection {
             framed: Framed::with_capacity(stream, codec, 256 * 1024),
+            parts: WriteParts::default(),
             remote_max_frame: u32::MAX,
             keepalive: None,
             next_outgoing_id: 0,
@@ -190,10 +194,14 @@ impl Connection {
     }
 
     fn buffered(&self) -> usize {
-        self.framed.write_buffer().len()
+        self.framed.write_buffer().len() + self.parts.len()
     }
 
     async fn flush(&mut self) -> Result<(), PerfError> {
+        if !self.parts.is_empty() {
+            self.parts.seal(self.framed.write_buffer_mut());
+            self.parts.write_all(self.framed.get_mut()).await?;
+        }
         self.framed.flush().await?;
         Ok(())
     }
@@ -539,7 +547,7 @@ impl AmqpPublisher {
         Ok(())
     }
 
-    fn encode(&mut self, stamp: &Stamp, body: &[u8]) -> Result<(), PerfError> {
+    fn encode(&mut self, stamp: &Stamp, body: &Bytes) -> Result<(), PerfError> {
         let id = self.next_delivery_id;
         self.scratch.clear();
         self.scratch.put_slice(&self.prefix);
@@ -573,7 +581,6 @@ impl AmqpPublisher {
         // The data section by hand: a `Body::Data` would need the body copied
         // into a `Bytes` first.
         encode::descriptor(&Descriptor::Code(messaging::DATA), &mut self.scratch);
-        encode::variable(code::VBIN8, code::VBIN32, body, &mut self.scratch);
 
         let mut transfer = Transfer {
             handle: HANDLE,
@@ -592,6 +599,25 @@ impl AmqpPublisher {
                 why: "the broker's max-frame-size is too small",
             });
         }
+        if body.len() >= SHARE_FROM && self.scratch.len() + 5 + body.len() <= room {
+            // One frame, the body after it uncopied.
+            self.scratch.put_u8(code::VBIN32);
+            self.scratch.put_u32(body.len() as u32);
+            transfer.more = false;
+            let frame = Frame::Amqp(AmqpFrame {
+                channel: 0,
+                performative: Performative::Transfer(transfer),
+                payload: self.scratch.split().freeze(),
+                payload_tail: body.clone(),
+            });
+            let buf = self.conn.framed.write_buffer_mut();
+            encode_frame_sharing(&frame, u32::MAX, buf, &mut self.conn.parts)?;
+            self.conn.next_outgoing_id = self.conn.next_outgoing_id.wrapping_add(1);
+            self.conn.remote_incoming_window = self.conn.remote_incoming_window.saturating_sub(1);
+            self.sent(id);
+            return Ok(());
+        }
+        encode::variable(code::VBIN8, code::VBIN32, body, &mut self.scratch);
         let payload = self.scratch.split().freeze();
         let mut rest = payload.clone();
         loop {
@@ -615,13 +641,18 @@ impl AmqpPublisher {
             };
         }
         drop(payload);
+        self.sent(id);
+        Ok(())
+    }
+
+    /// Counts delivery `id` as sent.
+    fn sent(&mut self, id: u32) {
         self.next_delivery_id = id.wrapping_add(1);
         self.delivery_count = self.delivery_count.wrapping_add(1);
         self.credit = self.credit.saturating_sub(1);
         if !self.settled {
             self.in_flight.sent(id);
         }
-        Ok(())
     }
 }
 
@@ -638,7 +669,7 @@ fn is_outcome(state: Option<&DeliveryState>) -> bool {
 }
 
 impl Publisher for AmqpPublisher {
-    fn push(&mut self, stamp: &Stamp, body: &[u8], _confirm: bool) {
+    fn push(&mut self, stamp: &Stamp, body: &Bytes, _confirm: bool) {
         if self.failed.is_none() {
             if let Err(e) = self.encode(stamp, body) {
                 self.failed = Some(e);

@@ -6,6 +6,7 @@ mod amqp_stamp;
 pub mod stomp;
 
 use super::error::PerfError;
+use bytes::Bytes;
 use std::future::Future;
 
 /// What the perf headers of one message say. Every message carries the run id,
@@ -42,8 +43,9 @@ pub mod headers {
 /// A producer connection. Sends are buffered so that many go out in one write.
 pub trait Publisher: Send {
     /// Buffers one message; `confirm` asks the broker to confirm everything up
-    /// to and including it (a STOMP receipt).
-    fn push(&mut self, stamp: &Stamp, body: &[u8], confirm: bool);
+    /// to and including it (a STOMP receipt). A large body is queued as it is,
+    /// not copied (see [`crate::protocol::write_parts`]).
+    fn push(&mut self, stamp: &Stamp, body: &Bytes, confirm: bool);
     /// Bytes buffered and not yet written.
     fn buffered(&self) -> usize;
     /// Writes everything buffered.

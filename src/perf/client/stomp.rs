@@ -8,7 +8,8 @@ use super::{headers, Delivery, Publisher, Stamp, Subscriber};
 use crate::perf::args::{AckMode, Destination};
 use crate::perf::error::PerfError;
 use crate::protocol::stomp::{Command, Frame, HeaderText, Inbound, StompCodec, Version};
-use bytes::{BufMut, BytesMut};
+use crate::protocol::write_parts::{WriteParts, SHARE_FROM};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, StreamExt};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -33,6 +34,8 @@ struct Connection {
     reader: FramedRead<OwnedReadHalf, StompCodec>,
     writer: OwnedWriteHalf,
     out: BytesMut,
+    /// Large bodies queued uncopied after what `out` held before them.
+    parts: WriteParts,
     /// Encodes the frames not written by hand, with the negotiated escaping.
     encoder: StompCodec,
     /// The broker's `server` header, e.g. `ActiveMQ-Artemis/2.40.0`.
@@ -48,6 +51,7 @@ impl Connection {
             reader: FramedRead::with_capacity(read, StompCodec::default(), 256 * 1024),
             writer,
             out: BytesMut::with_capacity(256 * 1024),
+            parts: WriteParts::default(),
             encoder: StompCodec::default(),
             server: String::new(),
         };
@@ -83,7 +87,10 @@ impl Connection {
     }
 
     async fn flush(&mut self) -> Result<(), PerfError> {
-        if !self.out.is_empty() {
+        if !self.parts.is_empty() {
+            self.parts.seal(&mut self.out);
+            self.parts.write_all(&mut self.writer).await?;
+        } else if !self.out.is_empty() {
             self.writer.write_all(&self.out).await?;
             self.out.clear();
         }
@@ -198,9 +205,9 @@ impl StompPublisher {
 }
 
 impl Publisher for StompPublisher {
-    fn push(&mut self, stamp: &Stamp, body: &[u8], confirm: bool) {
+    fn push(&mut self, stamp: &Stamp, body: &Bytes, confirm: bool) {
         let out = &mut self.conn.out;
-        out.reserve(self.prefix.len() + body.len() + 160);
+        out.reserve(self.prefix.len() + body.len().min(SHARE_FROM) + 160);
         out.put_slice(&self.prefix);
         if let Some(group) = stamp.group {
             out.put_slice(headers::GROUP.as_bytes());
@@ -228,12 +235,12 @@ impl Publisher for StompPublisher {
         out.put_slice(b"content-length:");
         put_decimal(out, body.len() as u64);
         out.put_slice(b"\n\n");
-        out.put_slice(body);
+        self.conn.parts.put_body(out, body);
         out.put_u8(0);
     }
 
     fn buffered(&self) -> usize {
-        self.conn.out.len()
+        self.conn.out.len() + self.conn.parts.len()
     }
 
     async fn flush(&mut self) -> Result<(), PerfError> {
