@@ -5,6 +5,7 @@ use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tokio_util::codec::{Decoder, Encoder};
 use weir::protocol::amqp::codec::decode_frame;
+use weir::protocol::amqp::convert::inbound;
 use weir::protocol::amqp::{
     AmqpFrame, AmqpFrameCodec, Body, Frame, Header, Inbound, Message, MessageId, MessageView,
     Outbound, Performative, Properties, ProtocolHeader, Str, Symbol, Transfer, Value,
@@ -32,6 +33,27 @@ fn message() -> Message {
             (Value::string("region"), Value::string("eu-west")),
             (Value::string("attempt"), Value::Int(1)),
             (Value::string("priority-class"), Value::string("gold")),
+        ]),
+        body: Body::Data(vec![Bytes::from(vec![0x5a; 256])]),
+        ..Message::default()
+    }
+}
+
+/// What `weir perf` sends: a durable 256 B body with four numeric application properties.
+fn perf_message() -> Message {
+    Message {
+        header: Some(Header {
+            durable: true,
+            ..Header::default()
+        }),
+        application_properties: Some(vec![
+            (Value::string("perf-run"), Value::Ulong(0x1234_5678_9abc)),
+            (Value::string("perf-p"), Value::Uint(3)),
+            (Value::string("perf-seq"), Value::Ulong(1_000_000)),
+            (
+                Value::string("perf-ts"),
+                Value::Ulong(1_700_000_000_000_000),
+            ),
         ]),
         body: Body::Data(vec![Bytes::from(vec![0x5a; 256])]),
         ..Message::default()
@@ -111,6 +133,22 @@ fn bench(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+
+    // What the broker does with each message it takes in: parse, then convert
+    // to a core message (application properties decoded, names shared).
+    let mut names = weir::core::names::Names::default();
+    let address: std::sync::Arc<str> = std::sync::Arc::from("orders");
+    for (name, body) in [
+        ("parse_and_convert_jms_message", payload.clone()),
+        ("parse_and_convert_perf_message", perf_message().to_bytes()),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let view = MessageView::parse(black_box(body.clone())).unwrap();
+                black_box(inbound(&view, address.clone(), 1_700_000_000_000, &mut names).unwrap())
+            })
+        });
+    }
 
     let msg = message();
     let mut out = BytesMut::with_capacity(4096);
