@@ -24,7 +24,7 @@
 
 use super::error::AmqpCodecError;
 use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
-use super::types::{Map, Str, Symbol, Value as AmqpValue};
+use super::types::{code, Map, Str, Symbol, Value as AmqpValue};
 use crate::core::message::{Message, Value, WireForm};
 use crate::core::names::Names;
 use bytes::{Bytes, BytesMut};
@@ -87,6 +87,41 @@ fn uuid_text(u: &[u8; 16]) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// Application properties the broker acts on (delays, groups): always decoded in full.
+fn has_meaning(name: &str) -> bool {
+    ScheduleProperties::NAMES.contains(&name)
+        || GROUP_ID_PROPERTIES.contains(&name)
+        || name == "JMSXGroupSeq"
+}
+
+/// [`core_value`] of an encoded fixed-width number, boolean, null or short string,
+/// read in place; `None` for anything else (or anything malformed), which the
+/// caller decodes in full.
+fn scalar_core_value(encoded: &[u8]) -> Option<Value> {
+    let (&c, b) = encoded.split_first()?;
+    let be4 = || b.try_into().ok().map(u32::from_be_bytes);
+    let be8 = || b.try_into().ok().map(u64::from_be_bytes);
+    Some(match (c, b) {
+        (code::NULL, []) => Value::Null,
+        (code::TRUE, []) | (code::BOOLEAN, [1]) => Value::Bool(true),
+        (code::FALSE, []) | (code::BOOLEAN, [0]) => Value::Bool(false),
+        (code::UINT0 | code::ULONG0, []) => Value::Int(0),
+        (code::UBYTE | code::SMALLUINT | code::SMALLULONG, [n]) => Value::Int(i64::from(*n)),
+        (code::BYTE | code::SMALLINT | code::SMALLLONG, [n]) => Value::Int(i64::from(*n as i8)),
+        (code::USHORT, [h, l]) => Value::Int(i64::from(u16::from_be_bytes([*h, *l]))),
+        (code::SHORT, [h, l]) => Value::Int(i64::from(i16::from_be_bytes([*h, *l]))),
+        (code::UINT, _) => Value::Int(i64::from(be4()?)),
+        (code::INT, _) => Value::Int(i64::from(be4()? as i32)),
+        (code::ULONG | code::LONG | code::TIMESTAMP, _) => Value::Int(be8()? as i64),
+        (code::FLOAT, _) => Value::Double(f64::from(f32::from_bits(be4()?))),
+        (code::DOUBLE, _) => Value::Double(f64::from_bits(be8()?)),
+        (code::STR8, [len, text @ ..]) if usize::from(*len) == text.len() => {
+            Value::String(Arc::from(std::str::from_utf8(text).ok()?))
+        }
+        _ => return None,
+    })
 }
 
 /// An application-property value as the core keeps it (typed, so selectors compare numbers).
@@ -165,6 +200,14 @@ struct ScheduleProperties {
 }
 
 impl ScheduleProperties {
+    const NAMES: [&'static str; 5] = [
+        "AMQ_SCHEDULED_TIME",
+        "_AMQ_SCHED_DELIVERY",
+        "AMQ_SCHEDULED_DELAY",
+        "x-delay",
+        "delay",
+    ];
+
     fn note(&mut self, name: &str, value: &AmqpValue) {
         let slot = match name {
             "AMQ_SCHEDULED_TIME" => &mut self.scheduled_time,
@@ -281,12 +324,26 @@ pub fn inbound(
         m.group_seq = p.group_sequence.map(|s| s as i32);
     }
     let mut schedule = ScheduleProperties::default();
-    let entries = view.application_property_entries();
+    let mut entries = view.application_property_entries();
     m.properties
         .reserve_exact(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
-    for entry in entries {
-        let (key, v) = entry.map_err(ConvertError::Malformed)?;
-        let Some(name) = key else { continue };
+    while let Some(entry) = entries.next_encoded() {
+        let (key, encoded) = entry.map_err(ConvertError::Malformed)?;
+        let Some(name) = key else {
+            // Not kept, but still checked, as every value is.
+            entries.decode(encoded).map_err(ConvertError::Malformed)?;
+            continue;
+        };
+        // Most properties are plain numbers or short strings with no meaning to the
+        // broker: read them in place (a quarter of taking in a message went to
+        // decoding them into AMQP values first).
+        if !has_meaning(name) {
+            if let Some(value) = scalar_core_value(encoded) {
+                m.properties.push((names.get(name), value));
+                continue;
+            }
+        }
+        let v = entries.decode(encoded).map_err(ConvertError::Malformed)?;
         schedule.note(name, &v);
         let Some(value) = core_value(&v) else {
             continue;
@@ -458,6 +515,100 @@ fn build(m: &Message, header: Header) -> AmqpMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn scalar() -> impl Strategy<Value = AmqpValue> {
+        prop_oneof![
+            Just(AmqpValue::Null),
+            any::<bool>().prop_map(AmqpValue::Bool),
+            any::<u8>().prop_map(AmqpValue::Ubyte),
+            any::<u16>().prop_map(AmqpValue::Ushort),
+            prop_oneof![Just(0u32), 0u32..300, any::<u32>()].prop_map(AmqpValue::Uint),
+            prop_oneof![Just(0u64), 0u64..300, any::<u64>()].prop_map(AmqpValue::Ulong),
+            any::<i8>().prop_map(AmqpValue::Byte),
+            any::<i16>().prop_map(AmqpValue::Short),
+            prop_oneof![-200i32..200, any::<i32>()].prop_map(AmqpValue::Int),
+            prop_oneof![-200i64..200, any::<i64>()].prop_map(AmqpValue::Long),
+            any::<i64>().prop_map(AmqpValue::Timestamp),
+            any::<f32>().prop_map(AmqpValue::Float),
+            any::<f64>().prop_map(AmqpValue::Double),
+            any::<char>().prop_map(AmqpValue::Char),
+            prop_oneof![".{0,10}", "[a-z]{250,270}"].prop_map(|s: String| AmqpValue::string(&s)),
+            "[a-z]{0,10}".prop_map(|s: String| AmqpValue::symbol(&s)),
+            prop::collection::vec(any::<u8>(), 0..20).prop_map(|v| AmqpValue::Binary(v.into())),
+        ]
+    }
+
+    /// NaN is not equal to itself; compare what the core would compare.
+    fn same(a: &Option<Value>, b: &Option<Value>) -> bool {
+        match (a, b) {
+            (Some(Value::Double(x)), Some(Value::Double(y))) => x.to_bits() == y.to_bits(),
+            _ => a == b,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn scalars_read_in_place_are_what_the_decoder_makes_of_them(v in scalar()) {
+            let encoded = v.to_bytes();
+            let decoded = AmqpValue::decode_exact(&encoded).unwrap();
+            if let Some(fast) = scalar_core_value(&encoded) {
+                prop_assert!(same(&Some(fast.clone()), &core_value(&decoded)), "{:?} vs {:?}", fast, decoded);
+            }
+        }
+
+        #[test]
+        fn malformed_scalars_are_left_to_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..12)) {
+            if let Some(fast) = scalar_core_value(&bytes) {
+                let decoded = AmqpValue::decode_exact(&bytes::Bytes::from(bytes.clone()));
+                prop_assert!(decoded.is_ok(), "{:?} read as {:?}", bytes, fast);
+                prop_assert!(same(&Some(fast), &core_value(&decoded.unwrap())));
+            }
+        }
+    }
+
+    #[test]
+    fn every_wide_and_narrow_form_of_a_number_is_read_in_place() {
+        // Encoders may use the long forms for small numbers; all must read the same.
+        let cases: [(&[u8], Value); 14] = [
+            (&[0x80, 0, 0, 0, 0, 0, 0, 0, 7], Value::Int(7)),
+            (&[0x70, 0, 0, 0, 7], Value::Int(7)),
+            (&[0x71, 0xff, 0xff, 0xff, 0xff], Value::Int(-1)),
+            (
+                &[0x81, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe],
+                Value::Int(-2),
+            ),
+            (&[0x55, 0xff], Value::Int(-1)),
+            (&[0x54, 0x80], Value::Int(-128)),
+            (&[0x53, 0xff], Value::Int(255)),
+            (&[0x44], Value::Int(0)),
+            (&[0x56, 0x01], Value::Bool(true)),
+            (&[0x42], Value::Bool(false)),
+            (&[0x40], Value::Null),
+            (&[0x83, 0, 0, 0, 0, 0, 0, 0x03, 0xe8], Value::Int(1000)),
+            (&[0xa1, 2, b'h', b'i'], Value::String(Arc::from("hi"))),
+            (&[0x60, 0x01, 0x00], Value::Int(256)),
+        ];
+        for (encoded, expected) in cases {
+            assert_eq!(
+                scalar_core_value(encoded),
+                Some(expected.clone()),
+                "{encoded:x?}"
+            );
+            let decoded = AmqpValue::decode_exact(&bytes::Bytes::copy_from_slice(encoded)).unwrap();
+            assert_eq!(core_value(&decoded), Some(expected), "{encoded:x?}");
+        }
+        // Not for the fast path: a boolean byte other than 0 or 1, text that is not
+        // UTF-8, a truncated number, and what the core does not keep as a scalar.
+        for encoded in [
+            &[0x56, 0x02][..],
+            &[0xa1, 2, 0xff, 0xfe],
+            &[0x70, 0, 0],
+            &[0xa3, 1, b'x'],
+        ] {
+            assert_eq!(scalar_core_value(encoded), None, "{encoded:x?}");
+        }
+    }
 
     fn jms_like() -> AmqpMessage {
         AmqpMessage {

@@ -9,7 +9,8 @@ use bytes::{Bytes, BytesMut};
 use super::described::{list_fields, Composite, FieldReader, ListWriter};
 use super::error::{AmqpCodecError, Result};
 use super::types::decode::{
-    compound_header, descriptor_after_marker, finish, value as decode_value, variable_slice,
+    compound_header, descriptor_after_marker, encoded_len, finish, value as decode_value,
+    variable_slice,
 };
 use super::types::{code, encode, Ctx, Descriptor, Map, Str, Symbol, Value};
 
@@ -353,6 +354,40 @@ impl<'a> ApplicationProperties<'a> {
                 let (rest, _) = finish(decode_value(&self.cx, i, 2))?;
                 Ok((rest, None))
             }
+        }
+    }
+
+    /// The next entry with its value still encoded (constructor included), for a
+    /// caller that reads common scalars in place and [`ApplicationProperties::decode`]s
+    /// the rest. Same entries and errors as the iterator.
+    pub fn next_encoded(&mut self) -> Option<Result<(Option<&'a str>, &'a [u8])>> {
+        if self.entries_left == 0 {
+            let trailing = std::mem::take(&mut self.rest).len();
+            return (trailing > 0).then_some(Err(AmqpCodecError::TrailingBytes(trailing)));
+        }
+        self.entries_left -= 1;
+        let entry = self.key(self.rest).and_then(|(rest, key)| {
+            let Some(len) = encoded_len(rest) else {
+                // Not a value: the decoder says what is wrong with it.
+                return finish(decode_value(&self.cx, rest, 2))
+                    .and_then(|_| Err(AmqpCodecError::Malformed));
+            };
+            self.rest = &rest[len..];
+            Ok((key, &rest[..len]))
+        });
+        if entry.is_err() {
+            self.entries_left = 0;
+            self.rest = &[];
+        }
+        Some(entry)
+    }
+
+    /// Decodes a value [`ApplicationProperties::next_encoded`] returned.
+    pub fn decode(&self, encoded: &'a [u8]) -> Result<Value> {
+        match finish(decode_value(&self.cx, encoded, 2))? {
+            ([], value) => Ok(value),
+            // Its size fields and its contents disagree.
+            _ => Err(AmqpCodecError::Malformed),
         }
     }
 

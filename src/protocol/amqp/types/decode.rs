@@ -67,12 +67,52 @@ pub(crate) fn value<'a>(cx: &Ctx<'a>, i: &'a [u8], depth: usize) -> PResult<'a, 
     body(cx, i, c, depth)
 }
 
+/// How many bytes the value at the start of `i` (constructor included) takes,
+/// found from its constructor and size fields without decoding it. `None` when
+/// `i` is too short, the constructor unknown, or described values nest deeper
+/// than [`MAX_DEPTH`].
+pub(crate) fn encoded_len(i: &[u8]) -> Option<usize> {
+    encoded_len_at(i, 0)
+}
+
+fn encoded_len_at(i: &[u8], depth: usize) -> Option<usize> {
+    let (&c, rest) = i.split_first()?;
+    if c == code::DESCRIBED {
+        if depth >= MAX_DEPTH {
+            return None;
+        }
+        let descriptor = encoded_len_at(rest, depth + 1)?;
+        let value = encoded_len_at(rest.get(descriptor..)?, depth + 1)?;
+        return Some(1 + descriptor + value);
+    }
+    let len = match c >> 4 {
+        0x4 => 0,
+        0x5 => 1,
+        0x6 => 2,
+        0x7 => 4,
+        0x8 => 8,
+        0x9 => 16,
+        0xA | 0xC | 0xE => 1 + usize::from(*rest.first()?),
+        0xB | 0xD | 0xF => {
+            let size: [u8; 4] = rest.get(..4)?.try_into().ok()?;
+            4 + u32::from_be_bytes(size) as usize
+        }
+        _ => return None,
+    };
+    (len <= rest.len()).then_some(1 + len)
+}
+
 /// The descriptor following a 0x00 marker: a ulong code or a symbol.
 pub(crate) fn descriptor_after_marker<'a>(
     cx: &Ctx<'a>,
     i: &'a [u8],
     depth: usize,
 ) -> PResult<'a, Descriptor> {
+    // Every section and performative has a numeric descriptor, nearly always
+    // a smallulong: read it without building a value.
+    if let [code::SMALLULONG, n, rest @ ..] = i {
+        return Ok((rest, Descriptor::Code(u64::from(*n))));
+    }
     let (i, c) = be_u8(i)?;
     if c == code::DESCRIBED {
         return fail(AmqpCodecError::InvalidDescriptor);

@@ -270,6 +270,19 @@ proptest! {
     }
 
     #[test]
+    fn encoded_len_is_what_the_decoder_consumes(v in value(), cut in any::<prop::sample::Index>()) {
+        let bytes = v.to_bytes();
+        prop_assert_eq!(super::decode::encoded_len(&bytes), Some(bytes.len()));
+        // Followed by more bytes: still only this value.
+        let mut longer = bytes.to_vec();
+        longer.extend_from_slice(&[0x40, 0x41]);
+        prop_assert_eq!(super::decode::encoded_len(&longer), Some(bytes.len()));
+        // Cut short: never a length beyond what is there.
+        let short = &bytes[..cut.index(bytes.len())];
+        prop_assert_eq!(super::decode::encoded_len(short), None);
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic(b in prop::collection::vec(any::<u8>(), 0..200)) {
         let mut buf = Bytes::from(b);
         let _ = Value::decode(&mut buf);
