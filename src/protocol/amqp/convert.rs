@@ -515,29 +515,8 @@ fn build(m: &Message, header: Header) -> AmqpMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::amqp::types::tests::leaf;
     use proptest::prelude::*;
-
-    fn scalar() -> impl Strategy<Value = AmqpValue> {
-        prop_oneof![
-            Just(AmqpValue::Null),
-            any::<bool>().prop_map(AmqpValue::Bool),
-            any::<u8>().prop_map(AmqpValue::Ubyte),
-            any::<u16>().prop_map(AmqpValue::Ushort),
-            prop_oneof![Just(0u32), 0u32..300, any::<u32>()].prop_map(AmqpValue::Uint),
-            prop_oneof![Just(0u64), 0u64..300, any::<u64>()].prop_map(AmqpValue::Ulong),
-            any::<i8>().prop_map(AmqpValue::Byte),
-            any::<i16>().prop_map(AmqpValue::Short),
-            prop_oneof![-200i32..200, any::<i32>()].prop_map(AmqpValue::Int),
-            prop_oneof![-200i64..200, any::<i64>()].prop_map(AmqpValue::Long),
-            any::<i64>().prop_map(AmqpValue::Timestamp),
-            any::<f32>().prop_map(AmqpValue::Float),
-            any::<f64>().prop_map(AmqpValue::Double),
-            any::<char>().prop_map(AmqpValue::Char),
-            prop_oneof![".{0,10}", "[a-z]{250,270}"].prop_map(|s: String| AmqpValue::string(&s)),
-            "[a-z]{0,10}".prop_map(|s: String| AmqpValue::symbol(&s)),
-            prop::collection::vec(any::<u8>(), 0..20).prop_map(|v| AmqpValue::Binary(v.into())),
-        ]
-    }
 
     /// NaN is not equal to itself; compare what the core would compare.
     fn same(a: &Option<Value>, b: &Option<Value>) -> bool {
@@ -549,7 +528,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn scalars_read_in_place_are_what_the_decoder_makes_of_them(v in scalar()) {
+        fn scalars_read_in_place_are_what_the_decoder_makes_of_them(v in leaf()) {
             let encoded = v.to_bytes();
             let decoded = AmqpValue::decode_exact(&encoded).unwrap();
             if let Some(fast) = scalar_core_value(&encoded) {

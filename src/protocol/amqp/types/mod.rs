@@ -403,4 +403,4 @@ impl Value {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

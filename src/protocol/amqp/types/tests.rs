@@ -185,7 +185,7 @@ fn nesting_depth_is_limited() {
     ));
 }
 
-fn leaf() -> impl Strategy<Value = Value> {
+pub(crate) fn leaf() -> impl Strategy<Value = Value> {
     prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
