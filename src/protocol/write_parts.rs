@@ -10,6 +10,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio_util::codec::Framed;
 
 /// Bodies from this size on are queued rather than copied: below it a copy
 /// costs less than one more slice to hand to the kernel.
@@ -82,6 +83,19 @@ impl WriteParts {
             self.advance(written);
         }
         Ok(())
+    }
+
+    /// Writes what `framed`'s write buffer holds, and everything queued, in order.
+    /// With nothing queued it leaves the buffer to the `Framed`'s own flush.
+    pub async fn write_framed<W: AsyncWrite + Unpin, C>(
+        &mut self,
+        framed: &mut Framed<W, C>,
+    ) -> io::Result<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        self.seal(framed.write_buffer_mut());
+        self.write_all(framed.get_mut()).await
     }
 
     /// Everything queued, in one piece.

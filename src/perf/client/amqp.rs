@@ -198,10 +198,7 @@ impl Connection {
     }
 
     async fn flush(&mut self) -> Result<(), PerfError> {
-        if !self.parts.is_empty() {
-            self.parts.seal(self.framed.write_buffer_mut());
-            self.parts.write_all(self.framed.get_mut()).await?;
-        }
+        self.parts.write_framed(&mut self.framed).await?;
         self.framed.flush().await?;
         Ok(())
     }

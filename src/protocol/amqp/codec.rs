@@ -266,12 +266,12 @@ impl AmqpFrameCodec {
         self.max_frame_size
     }
 
-    /// The peer's limit for frames we send (from its `open`).
     /// The largest frame the peer takes.
     pub fn remote_max_frame_size(&self) -> u32 {
         self.remote_max_frame_size
     }
 
+    /// The peer's limit for frames we send (from its `open`).
     pub fn set_remote_max_frame_size(&mut self, size: u32) {
         self.remote_max_frame_size = size.max(MIN_MAX_FRAME_SIZE);
     }

@@ -303,10 +303,7 @@ async fn write_out<S>(
 where
     S: AsyncWrite + Unpin,
 {
-    if !parts.is_empty() {
-        parts.seal(framed.write_buffer_mut());
-        parts.write_all(framed.get_mut()).await?;
-    }
+    parts.write_framed(framed).await?;
     SinkExt::<Outbound>::flush(framed).await
 }
 

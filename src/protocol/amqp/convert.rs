@@ -189,15 +189,10 @@ fn as_i64(v: &AmqpValue) -> Option<i64> {
     }
 }
 
-/// The application properties that schedule a message, first occurrence of each.
+/// The application properties that schedule a message, first occurrence of each,
+/// in the order of [`ScheduleProperties::NAMES`].
 #[derive(Default)]
-struct ScheduleProperties {
-    scheduled_time: Option<AmqpValue>,
-    sched_delivery: Option<AmqpValue>,
-    scheduled_delay: Option<AmqpValue>,
-    x_delay: Option<AmqpValue>,
-    delay: Option<AmqpValue>,
-}
+struct ScheduleProperties([Option<AmqpValue>; 5]);
 
 impl ScheduleProperties {
     const NAMES: [&'static str; 5] = [
@@ -209,17 +204,14 @@ impl ScheduleProperties {
     ];
 
     fn note(&mut self, name: &str, value: &AmqpValue) {
-        let slot = match name {
-            "AMQ_SCHEDULED_TIME" => &mut self.scheduled_time,
-            "_AMQ_SCHED_DELIVERY" => &mut self.sched_delivery,
-            "AMQ_SCHEDULED_DELAY" => &mut self.scheduled_delay,
-            "x-delay" => &mut self.x_delay,
-            "delay" => &mut self.delay,
-            _ => return,
-        };
-        if slot.is_none() {
-            *slot = Some(value.clone());
+        if let Some(i) = Self::NAMES.iter().position(|n| *n == name) {
+            self.0[i].get_or_insert_with(|| value.clone());
         }
+    }
+
+    fn get(&self, name: &str) -> Option<&AmqpValue> {
+        let i = Self::NAMES.iter().position(|n| *n == name)?;
+        self.0[i].as_ref()
     }
 }
 
@@ -233,8 +225,8 @@ fn due_at(
     let ann = view.message_annotations();
     let absolute = [
         (annotation(ann, DELIVERY_TIME), DELIVERY_TIME),
-        (props.scheduled_time.as_ref(), "AMQ_SCHEDULED_TIME"),
-        (props.sched_delivery.as_ref(), "_AMQ_SCHED_DELIVERY"),
+        (props.get("AMQ_SCHEDULED_TIME"), "AMQ_SCHEDULED_TIME"),
+        (props.get("_AMQ_SCHED_DELIVERY"), "_AMQ_SCHED_DELIVERY"),
     ];
     for (value, name) in absolute {
         if let Some(v) = value {
@@ -248,9 +240,9 @@ fn due_at(
     }
     let relative = [
         (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY, 1u64),
-        (props.scheduled_delay.as_ref(), "AMQ_SCHEDULED_DELAY", 1),
-        (props.x_delay.as_ref(), "x-delay", 1),
-        (props.delay.as_ref(), "delay", 1000),
+        (props.get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 1),
+        (props.get("x-delay"), "x-delay", 1),
+        (props.get("delay"), "delay", 1000),
     ];
     for (value, name, unit) in relative {
         if let Some(v) = value {

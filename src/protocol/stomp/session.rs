@@ -396,13 +396,10 @@ where
             }
         }
         // The frames before a failed one still go out, ahead of the ERROR frame.
-        if !self.parts.is_empty() {
-            self.parts.seal(self.framed.write_buffer_mut());
-            self.parts
-                .write_all(self.framed.get_mut())
-                .await
-                .map_err(StompError::from)?;
-        }
+        self.parts
+            .write_framed(&mut self.framed)
+            .await
+            .map_err(StompError::from)?;
         if let Some(e) = failed {
             return Err(e.into());
         }
