@@ -18,7 +18,7 @@ type FastHash = foldhash::fast::RandomState;
 /// A put kept back, and the confirmation waiting for it.
 pub(super) struct HeldPut {
     pub record: Record,
-    pub ticket: Option<Ticket>,
+    pub ticket: Ticket,
 }
 
 #[derive(Default)]
@@ -109,7 +109,7 @@ mod tests {
     fn put() -> HeldPut {
         HeldPut {
             record: Record::Encoded(Bytes::from_static(b"r")),
-            ticket: None,
+            ticket: Ticket::new(0),
         }
     }
 

@@ -1,8 +1,10 @@
 //! RocksDB persistence: the core hands it opaque records keyed by queue and
 //! sequence; it never interprets a message.
 
+mod answers;
 mod held;
 mod holding;
+mod inbox;
 mod keys;
 mod record;
 mod release;

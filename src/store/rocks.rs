@@ -2,15 +2,14 @@
 //! (recovery at start, paging a deep queue back in, scanning due times).
 
 use super::holding::Holding;
+use super::inbox::Inbox;
 use super::keys::{MessageKey, ScheduleKey};
-use super::writer::{Completion, FsyncPolicy, Op, OpList, Submission, Writer};
+use super::writer::{Completion, FsyncPolicy, Op, OpList, Writer};
 use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, DB};
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 pub(super) const CF_MESSAGES: &str = "messages";
 pub(super) const CF_SCHEDULED: &str = "scheduled";
@@ -59,7 +58,7 @@ pub struct Store {
 
 struct Inner {
     db: Arc<DB>,
-    writer: Option<SyncSender<Submission>>,
+    inbox: Arc<Inbox>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -67,7 +66,7 @@ impl Drop for Inner {
     /// Lets the writer finish what was submitted, so the database is closed
     /// (and its lock released) when the last handle goes.
     fn drop(&mut self) {
-        self.writer.take();
+        self.inbox.close();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -105,7 +104,8 @@ impl Store {
                 ColumnFamilyDescriptor::new(name, cf)
             });
         let db = Arc::new(DB::open_cf_descriptors(&db_options, dir, cfs)?);
-        let (writer, rx) = sync_channel(options.queue_depth);
+        let inbox = Arc::new(Inbox::new(options.queue_depth));
+        let writer_inbox = inbox.clone();
         let thread_db = db.clone();
         let thread = std::thread::Builder::new()
             .name("weir-store-writer".into())
@@ -120,13 +120,13 @@ impl Store {
                     held: Default::default(),
                     scratch: Vec::new(),
                 }
-                .run(rx)
+                .run(writer_inbox)
             })
             .map_err(|_| StoreError::Closed)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 db,
-                writer: Some(writer),
+                inbox,
                 thread: Some(thread),
             }),
         })
@@ -151,23 +151,10 @@ impl Store {
     }
 
     fn send(&self, ops: OpList, wait: bool) -> Completion {
-        let (done, rx) = if wait {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let sent = match &self.inner.writer {
-            Some(writer) => writer.send(Submission { ops, done }).is_ok(),
-            None => false,
-        };
-        match sent {
-            true => Completion::written(rx),
-            false => {
-                let (tx, rx) = oneshot::channel();
-                let _ = tx.send(Err(Arc::new(StoreError::Closed)));
-                Completion::written(Some(rx))
-            }
+        match (self.inner.inbox.submit(ops), wait) {
+            (Ok(ticket), true) => Completion::ticket(ticket, self.inner.inbox.answers().clone()),
+            (Err(e), true) => Completion::failed(e),
+            (_, false) => Completion::ready(),
         }
     }
 

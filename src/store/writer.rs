@@ -2,8 +2,10 @@
 //! connections share one WriteBatch and one fsync (group commit), and the
 //! changes of one queue reach RocksDB in the order the core made them.
 
+use super::answers::{Answers, Outcome, TicketAnswer};
 use super::held::{Held, HeldPut};
 use super::holding::Holding;
+use super::inbox::{Inbox, Submission, Taken, Wait};
 use super::keys::{MessageKey, ScheduleKey};
 use super::record::Record;
 use super::release::{Releases, Ticket};
@@ -12,7 +14,6 @@ use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{WriteBatch, WriteOptions, DB};
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -64,30 +65,46 @@ pub enum Op {
     },
 }
 
-pub(super) struct Submission {
-    pub ops: OpList,
-    pub done: Option<oneshot::Sender<Result<(), Arc<StoreError>>>>,
-}
-
 /// Most submissions carry one op; keep that case free of a Vec allocation.
 pub(super) enum OpList {
     One(Op),
     Many(Vec<Op>),
 }
 
+impl OpList {
+    pub fn len(&self) -> usize {
+        match self {
+            OpList::One(_) => 1,
+            OpList::Many(ops) => ops.len(),
+        }
+    }
+}
+
 /// Resolves once the submission is durable per the fsync policy, and, for a
 /// send a queue holds back (producer flow control), once the queue lets it go.
 pub struct Completion {
-    written: Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>,
+    written: Option<Written>,
     held: Option<oneshot::Receiver<()>>,
 }
 
 impl Completion {
-    pub(super) fn written(rx: Option<oneshot::Receiver<Result<(), Arc<StoreError>>>>) -> Self {
+    fn written(written: Option<Written>) -> Self {
         Completion {
-            written: rx,
+            written,
             held: None,
         }
+    }
+
+    /// The answer to the submission with `ticket`.
+    pub(super) fn ticket(ticket: Ticket, answers: Arc<Answers>) -> Self {
+        Completion::written(Some(Written(Answer::Ticket(TicketAnswer::new(
+            ticket, answers,
+        )))))
+    }
+
+    /// A completion that failed already (the store is closed).
+    pub(super) fn failed(e: StoreError) -> Self {
+        Completion::written(Some(Written(Answer::Failed(Some(Arc::new(e))))))
     }
 
     /// A completion for work that needed no write.
@@ -140,7 +157,7 @@ impl Completion {
             }
             Err(_) => return Completion::ready(),
         }
-        Completion::written(Some(rx))
+        Completion::written(Some(Written(Answer::Channel(rx))))
     }
 
     /// The disk's answer alone, when no flow-control hold is attached (`Err(self)`
@@ -150,9 +167,9 @@ impl Completion {
     pub fn into_written(self) -> Result<Written, Completion> {
         match self {
             Completion {
-                written: Some(rx),
+                written: Some(written),
                 held: None,
-            } => Ok(Written(rx)),
+            } => Ok(written),
             other => Err(other),
         }
     }
@@ -160,7 +177,7 @@ impl Completion {
     pub async fn wait(self) -> Result<(), Arc<StoreError>> {
         let written = match self.written {
             None => Ok(()),
-            Some(rx) => rx.await.unwrap_or(Err(Arc::new(StoreError::Closed))),
+            Some(written) => written.await,
         };
         if let Some(held) = self.held {
             // Sent or dropped, a hold ends the same way: the producer goes on.
@@ -171,31 +188,59 @@ impl Completion {
 }
 
 /// The disk's answer for one submission: see [`Completion::into_written`].
-#[derive(Debug)]
-pub struct Written(oneshot::Receiver<Result<(), Arc<StoreError>>>);
+pub struct Written(Answer);
+
+enum Answer {
+    /// A submission's place in the writer's line (the common case).
+    Ticket(TicketAnswer),
+    /// Several completions joined (`Completion::all`).
+    Channel(oneshot::Receiver<Outcome>),
+    /// Failed before it was submitted; the error is handed out once.
+    Failed(Option<Arc<StoreError>>),
+}
+
+impl std::fmt::Debug for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Written")
+    }
+}
 
 impl Written {
     /// The answer if it has come, without waiting (and without spending the task's
     /// cooperative budget, which would cut a long run of ready answers short).
-    pub fn answered(&mut self) -> Option<Result<(), Arc<StoreError>>> {
-        match self.0.try_recv() {
-            Ok(result) => Some(result),
-            Err(oneshot::error::TryRecvError::Empty) => None,
-            Err(oneshot::error::TryRecvError::Closed) => Some(Err(Arc::new(StoreError::Closed))),
+    pub fn answered(&mut self) -> Option<Outcome> {
+        match &mut self.0 {
+            Answer::Ticket(t) => t.answered(),
+            Answer::Channel(rx) => match rx.try_recv() {
+                Ok(result) => Some(result),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+                Err(oneshot::error::TryRecvError::Closed) => {
+                    Some(Err(Arc::new(StoreError::Closed)))
+                }
+            },
+            Answer::Failed(e) => Some(Err(e
+                .clone()
+                .unwrap_or_else(|| Arc::new(StoreError::Closed)))),
         }
     }
 }
 
 impl std::future::Future for Written {
-    type Output = Result<(), Arc<StoreError>>;
+    type Output = Outcome;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Arc::new(StoreError::Closed))))
+        match &mut self.0 {
+            Answer::Ticket(t) => std::pin::Pin::new(t).poll(cx),
+            Answer::Channel(rx) => std::pin::Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(Arc::new(StoreError::Closed)))),
+            Answer::Failed(e) => std::task::Poll::Ready(Err(e
+                .take()
+                .unwrap_or_else(|| Arc::new(StoreError::Closed)))),
+        }
     }
 }
 
@@ -231,15 +276,22 @@ pub(super) struct Writer {
 /// A submission on its way through the writer.
 struct Queued {
     ops: OpList,
-    ticket: Option<Ticket>,
+    ticket: Ticket,
 }
 
 impl Queued {
     fn op_count(&self) -> usize {
-        match &self.ops {
-            OpList::One(_) => 1,
-            OpList::Many(ops) => ops.len(),
-        }
+        self.ops.len()
+    }
+}
+
+/// Tells waiting submitters when the writer stops, however it stops (a panic
+/// included): nobody would answer them otherwise.
+struct GoneOnDrop(Arc<Answers>);
+
+impl Drop for GoneOnDrop {
+    fn drop(&mut self) {
+        self.0.writer_gone();
     }
 }
 
@@ -251,57 +303,56 @@ struct Commit {
 }
 
 impl Writer {
-    pub fn run(mut self, rx: Receiver<Submission>) {
+    pub fn run(mut self, inbox: Arc<Inbox>) {
+        let _gone = GoneOnDrop(inbox.answers().clone());
         let mut releases = Releases::default();
-        // Submissions for the next commit.
+        // Submissions taken from the line, and those for the next commit.
+        let mut incoming: Vec<Submission> = Vec::new();
         let mut queued: Vec<Queued> = Vec::new();
         // Something was written since the last idle flush.
         let mut dirty = false;
         let mut open = true;
         while open {
             let held_until = self.held.next_due(&self.holding);
-            let first = match held_until {
-                Some(until) => rx.recv_timeout(until.saturating_duration_since(Instant::now())),
-                None if dirty => rx.recv_timeout(self.idle_flush_after),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            let wait = match held_until {
+                Some(until) => Wait::Until(until),
+                None if dirty => Wait::Until(Instant::now() + self.idle_flush_after),
+                None => Wait::Forever,
             };
-            match first {
-                Ok(s) => queued.push(enqueue(s, &mut releases)),
+            match inbox.take(&mut incoming, self.max_batch, wait) {
+                Taken::Some => {}
                 // Quiet, and nothing kept back: give memory back.
-                Err(RecvTimeoutError::Timeout) if held_until.is_none() => {
+                Taken::Nothing if held_until.is_none() => {
                     self.release_memory();
                     dirty = false;
                     continue;
                 }
                 // A message kept back is due.
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => open = false,
+                Taken::Nothing => {}
+                Taken::Closed => open = false,
             }
-            let mut count: usize = queued.iter().map(Queued::op_count).sum();
-            let deadline = match self.policy {
-                FsyncPolicy::Batched { window } => Some(Instant::now() + window),
-                _ => None,
-            };
-            while open && count < self.max_batch {
-                let next = match deadline {
-                    Some(deadline) => {
-                        rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            let mut count: usize = incoming.iter().map(Submission::op_count).sum();
+            // Batched: let more come in until the window closes (or the batch is full).
+            if let FsyncPolicy::Batched { window } = self.policy {
+                let deadline = Instant::now() + window;
+                while open && count < self.max_batch {
+                    let before = incoming.len();
+                    match inbox.take(&mut incoming, self.max_batch - count, Wait::Until(deadline)) {
+                        Taken::Some => {
+                            count += incoming[before..]
+                                .iter()
+                                .map(Submission::op_count)
+                                .sum::<usize>()
+                        }
+                        Taken::Nothing => break,
+                        Taken::Closed => open = false,
                     }
-                    None => rx.try_recv().map_err(|e| match e {
-                        TryRecvError::Empty => RecvTimeoutError::Timeout,
-                        TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                    }),
-                };
-                match next {
-                    Ok(s) => {
-                        let q = enqueue(s, &mut releases);
-                        count += q.op_count();
-                        queued.push(q);
-                    }
-                    Err(RecvTimeoutError::Timeout) => break,
-                    Err(RecvTimeoutError::Disconnected) => open = false,
                 }
             }
+            queued.extend(incoming.drain(..).map(|s| Queued {
+                ops: s.ops,
+                ticket: releases.enqueue(s.ticket),
+            }));
             // On the way out nothing is kept back.
             let commit = self.build(&mut queued, Instant::now(), open);
             // Nothing left (every message of the batch already consumed): no
@@ -322,7 +373,7 @@ impl Writer {
             for ticket in commit.settles {
                 releases.resolve(ticket, result.clone());
             }
-            releases.release();
+            releases.release(inbox.answers());
             if !wrote && !self.held.is_empty() && open {
                 // Only messages kept back and their cancelled pairs: without an
                 // fsync to wait for, the next commit would otherwise be a wake-up
@@ -381,7 +432,7 @@ impl Writer {
         // Per op, the submission it came in.
         let mut owner: Vec<usize> = Vec::with_capacity(count);
         // Per submission, its ticket and whether it is a single op.
-        let mut submissions: Vec<(Option<Ticket>, bool)> = Vec::with_capacity(queued.len());
+        let mut submissions: Vec<(Ticket, bool)> = Vec::with_capacity(queued.len());
         for (i, q) in queued.drain(..).enumerate() {
             submissions.push((q.ticket, matches!(q.ops, OpList::One(_))));
             match q.ops {
@@ -423,7 +474,7 @@ impl Writer {
         );
         for (key, put, late) in due {
             outcome(&mut outcomes, key.queue).2 += usize::from(late);
-            settles.extend(put.ticket);
+            settles.push(put.ticket);
             self.apply(
                 &mut batch,
                 Op::PutMessage {
@@ -451,7 +502,7 @@ impl Writer {
                             elided[i] = true;
                         } else if let Some(held) = self.held.cancel(key) {
                             elided[i] = true;
-                            settles.extend(held.ticket);
+                            settles.push(held.ticket);
                             outcome(&mut outcomes, key.queue).1 += 1;
                         }
                     }
@@ -501,7 +552,7 @@ impl Writer {
                 .iter()
                 .zip(held)
                 .filter(|(_, held)| !held)
-                .filter_map(|((ticket, _), _)| *ticket),
+                .map(|((ticket, _), _)| *ticket),
         );
         Commit {
             batch: any.then_some(batch),
@@ -557,14 +608,6 @@ impl Writer {
                 }
             }
         }
-    }
-}
-
-/// Takes a submission in, with its place in the release order.
-fn enqueue(submission: Submission, releases: &mut Releases) -> Queued {
-    Queued {
-        ops: submission.ops,
-        ticket: submission.done.map(|done| releases.enqueue(done)),
     }
 }
 
