@@ -135,8 +135,7 @@ fn bench(c: &mut Criterion) {
     });
 
     // What the broker does with each message it takes in: parse, then convert
-    // to a core message (application properties decoded, names shared).
-    let mut names = weir::core::names::Names::default();
+    // to a core message (application properties checked, left encoded until read).
     let address: std::sync::Arc<str> = std::sync::Arc::from("orders");
     for (name, body) in [
         ("parse_and_convert_jms_message", payload.clone()),
@@ -145,7 +144,7 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let view = MessageView::parse(black_box(body.clone())).unwrap();
-                black_box(inbound(&view, address.clone(), 1_700_000_000_000, &mut names).unwrap())
+                black_box(inbound(&view, address.clone(), 1_700_000_000_000).unwrap())
             })
         });
     }

@@ -37,7 +37,7 @@ fn evaluate(c: &mut Criterion) {
 
     // Misses the AND early and must also check the OR's right side.
     let mut miss = message();
-    miss.properties[1].1 = Value::String("blue".into());
+    miss.properties.to_mut()[1].1 = Value::String("blue".into());
     assert!(!selector.matches(&miss));
     c.bench_function("selector/eval miss", |b| {
         b.iter(|| selector.matches(black_box(&miss)))
@@ -45,7 +45,7 @@ fn evaluate(c: &mut Criterion) {
 
     // A STOMP-style message: every property is text, numbers parsed on compare.
     let mut stomp = message();
-    for (_, value) in &mut stomp.properties {
+    for (_, value) in stomp.properties.to_mut() {
         *value = Value::String(value.to_text().into());
     }
     assert!(selector.matches(&stomp));

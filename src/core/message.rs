@@ -36,9 +36,7 @@ impl Value {
     }
 }
 
-/// User properties in arrival order. A vector beats a map here: messages carry a
-/// handful of properties and are read far more often than searched.
-pub type Properties = Vec<(Arc<str>, Value)>;
+pub use super::properties::{DecodeProperties, Properties, Property};
 
 /// An encoding of the whole message that a protocol may reuse verbatim when the
 /// consumer speaks the same format (AMQP to AMQP forwards the original bytes).
@@ -96,7 +94,7 @@ impl Message {
     /// Approximate memory held by the message, for queue memory accounting.
     pub fn weight(&self) -> usize {
         let wire = self.wire.as_ref().map_or(0, |w| w.bytes.len());
-        std::mem::size_of::<Self>() + self.body.len() + wire + self.properties.len() * 48
+        std::mem::size_of::<Self>() + self.body.len() + wire + self.properties.count() * 48
     }
 
     /// The same message owning exact-size copies of its bytes. Codecs hand
@@ -117,20 +115,9 @@ impl Message {
             },
             _ => Bytes::copy_from_slice(&self.body),
         };
-        let properties = self
-            .properties
-            .iter()
-            .map(|(name, value)| {
-                let value = match value {
-                    Value::Binary(b) => Value::Binary(Bytes::copy_from_slice(b)),
-                    other => other.clone(),
-                };
-                (name.clone(), value)
-            })
-            .collect();
         Message {
             body,
-            properties,
+            properties: self.properties.detached(),
             wire,
             ..self.clone()
         }
@@ -165,7 +152,7 @@ mod tests {
                 format: 1,
                 bytes: wire.clone(),
             }),
-            properties: vec![("b".into(), Value::Binary(buffer.slice(0..4)))],
+            properties: vec![("b".into(), Value::Binary(buffer.slice(0..4)))].into(),
             ..Message::default()
         };
         let copy = message.detached();

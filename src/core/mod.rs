@@ -12,6 +12,7 @@ pub mod grouping;
 pub mod message;
 pub mod names;
 pub mod persist;
+pub mod properties;
 pub mod queue;
 pub mod schedule;
 pub mod selector;

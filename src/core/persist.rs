@@ -1,7 +1,7 @@
 //! The on-disk form of a message. Versioned so a later broker can read what an
 //! earlier one wrote; the store treats it as opaque bytes.
 
-use super::message::{Message, Properties, Value, WireForm};
+use super::message::{Message, Property, Value, WireForm};
 use crate::store::MessageRecord;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub fn encode(message: &Message, delivery_count: u32) -> Bytes {
 
 /// Room for a record: exact for the fixed part and the body, a guess for the rest.
 fn encoded_len_hint(message: &Message) -> usize {
-    96 + message.body.len() + message.properties.len() * 32
+    96 + message.body.len() + message.properties.count() * 32
 }
 
 /// The store asks for a message's record only when it writes it (see
@@ -119,7 +119,7 @@ pub fn decode(mut buf: Bytes) -> Result<StoredMessage, DecodeError> {
     let group_id = get_str(&mut buf)?;
     need(&buf, 4)?;
     let count = buf.get_u32() as usize;
-    let mut properties: Properties = Vec::with_capacity(count.min(1024));
+    let mut properties: Vec<Property> = Vec::with_capacity(count.min(1024));
     for _ in 0..count {
         let name = get_str(&mut buf)?.ok_or(DecodeError::Truncated)?;
         let value = get_value(&mut buf)?;
@@ -137,7 +137,7 @@ pub fn decode(mut buf: Bytes) -> Result<StoredMessage, DecodeError> {
     Ok(StoredMessage {
         message: Message {
             body,
-            properties,
+            properties: properties.into(),
             address,
             message_id,
             correlation_id,
@@ -265,7 +265,8 @@ mod tests {
                 (Arc::from("b"), Value::Bool(true)),
                 (Arc::from("raw"), Value::Binary(Bytes::from_static(&[0, 1]))),
                 (Arc::from("nil"), Value::Null),
-            ],
+            ]
+            .into(),
             address: Arc::from("orders"),
             message_id: Some(Arc::from("id-1")),
             group_id: Some(Arc::from("g")),

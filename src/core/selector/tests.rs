@@ -321,7 +321,7 @@ fn jms_headers_map_to_message_fields() {
         group_id: Some("g1".into()),
         group_seq: Some(3),
         expires_at: Some(1_800_000_000_000),
-        properties: vec![("JMSPriority".into(), Value::Int(1))],
+        properties: vec![("JMSPriority".into(), Value::Int(1))].into(),
         ..Message::default()
     };
     for selector in [

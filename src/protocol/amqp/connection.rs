@@ -159,8 +159,6 @@ pub struct Ctx {
     pub drains_pending: bool,
     /// Acks of pre-settled deliveries waiting for a free queue.
     pub pending_acks: PendingAcks,
-    /// Property names seen last, shared between messages.
-    pub names: crate::core::names::Names,
     /// Where outgoing payloads and delivery tags are built: each is split off a shared
     /// chunk instead of taking an allocation of its own.
     pub staging: Staging,
@@ -261,7 +259,6 @@ where
             remote_max_frame: u32::MAX,
             drains_pending: false,
             pending_acks: PendingAcks::default(),
-            names: crate::core::names::Names::default(),
             staging: Staging::default(),
             next_generation: 0,
             options,

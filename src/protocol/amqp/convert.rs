@@ -23,10 +23,12 @@
 //! | properties      | application-properties (typed)                          | other headers (strings) |
 
 use super::error::AmqpCodecError;
-use super::messaging::{Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties};
+use super::messaging::{
+    ApplicationProperties, Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties,
+};
 use super::types::{code, Map, Str, Symbol, Value as AmqpValue};
-use crate::core::message::{Message, Value, WireForm};
-use crate::core::names::Names;
+use crate::core::message::{Message, Property, Value, WireForm};
+use crate::core::properties::Properties as UserProperties;
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 
@@ -96,14 +98,28 @@ fn has_meaning(name: &str) -> bool {
         || name == "JMSXGroupSeq"
 }
 
+/// A scalar read in place: a value, or text still to be copied.
+enum InPlace<'a> {
+    Value(Value),
+    Text(&'a str),
+}
+
 /// [`core_value`] of an encoded fixed-width number, boolean, null or short string,
 /// read in place; `None` for anything else (or anything malformed), which the
 /// caller decodes in full.
 fn scalar_core_value(encoded: &[u8]) -> Option<Value> {
+    Some(match read_in_place(encoded)? {
+        InPlace::Value(v) => v,
+        InPlace::Text(text) => Value::String(Arc::from(text)),
+    })
+}
+
+/// [`scalar_core_value`] without making anything: checking a value costs no allocation.
+fn read_in_place(encoded: &[u8]) -> Option<InPlace<'_>> {
     let (&c, b) = encoded.split_first()?;
     let be4 = || b.try_into().ok().map(u32::from_be_bytes);
     let be8 = || b.try_into().ok().map(u64::from_be_bytes);
-    Some(match (c, b) {
+    Some(InPlace::Value(match (c, b) {
         (code::NULL, []) => Value::Null,
         (code::TRUE, []) | (code::BOOLEAN, [1]) => Value::Bool(true),
         (code::FALSE, []) | (code::BOOLEAN, [0]) => Value::Bool(false),
@@ -118,10 +134,34 @@ fn scalar_core_value(encoded: &[u8]) -> Option<Value> {
         (code::FLOAT, _) => Value::Double(f64::from(f32::from_bits(be4()?))),
         (code::DOUBLE, _) => Value::Double(f64::from_bits(be8()?)),
         (code::STR8, [len, text @ ..]) if usize::from(*len) == text.len() => {
-            Value::String(Arc::from(std::str::from_utf8(text).ok()?))
+            return std::str::from_utf8(text).ok().map(InPlace::Text)
         }
         _ => return None,
-    })
+    }))
+}
+
+/// Application properties the core keeps: group ids and sequences become fields instead.
+fn kept_as_property(name: &str) -> bool {
+    !GROUP_ID_PROPERTIES.contains(&name) && name != "JMSXGroupSeq"
+}
+
+/// The core properties of an application-properties map that [`inbound`] checked
+/// (see [`Properties::encoded`]): the same ones, in the same order, it would
+/// have built at once.
+fn decode_properties(map: &Bytes) -> Vec<Property> {
+    let mut entries = ApplicationProperties::of(map);
+    let mut out = Vec::with_capacity(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
+    while let Some(Ok((key, encoded))) = entries.next_encoded() {
+        let Some(name) = key.filter(|name| kept_as_property(name)) else {
+            continue;
+        };
+        let value = scalar_core_value(encoded)
+            .or_else(|| entries.decode(encoded).ok().as_ref().and_then(core_value));
+        if let Some(value) = value {
+            out.push((Arc::from(name), value));
+        }
+    }
+    out
 }
 
 /// An application-property value as the core keeps it (typed, so selectors compare numbers).
@@ -281,12 +321,7 @@ fn body_bytes(view: &MessageView) -> Bytes {
 
 /// Builds the core message for a transfer's payload. `address` is where the link (or the
 /// message's `to`, for the anonymous relay) sends it.
-pub fn inbound(
-    view: &MessageView,
-    address: Arc<str>,
-    now: u64,
-    names: &mut Names,
-) -> Result<Message, ConvertError> {
+pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Message, ConvertError> {
     let mut m = Message {
         body: body_bytes(view),
         address,
@@ -315,10 +350,12 @@ pub fn inbound(
         m.group_id = p.group_id.as_ref().map(|s| Arc::from(s.as_str()));
         m.group_seq = p.group_sequence.map(|s| s as i32);
     }
+    // Every entry is checked now, as the message comes in; the broker acts on a
+    // few (delays, groups). The rest stay encoded until someone reads them
+    // (see `core::properties`): AMQP consumers get the original bytes anyway.
     let mut schedule = ScheduleProperties::default();
     let mut entries = view.application_property_entries();
-    m.properties
-        .reserve_exact(entries.size_hint().1.unwrap_or(0).saturating_sub(1));
+    let mut kept = 0;
     while let Some(entry) = entries.next_encoded() {
         let (key, encoded) = entry.map_err(ConvertError::Malformed)?;
         let Some(name) = key else {
@@ -326,14 +363,13 @@ pub fn inbound(
             entries.decode(encoded).map_err(ConvertError::Malformed)?;
             continue;
         };
-        // Most properties are plain numbers or short strings with no meaning to the
-        // broker: read them in place (a quarter of taking in a message went to
-        // decoding them into AMQP values first).
         if !has_meaning(name) {
-            if let Some(value) = scalar_core_value(encoded) {
-                m.properties.push((names.get(name), value));
-                continue;
+            // Most are plain numbers or short strings: checked in place.
+            if read_in_place(encoded).is_none() {
+                entries.decode(encoded).map_err(ConvertError::Malformed)?;
             }
+            kept += 1;
+            continue;
         }
         let v = entries.decode(encoded).map_err(ConvertError::Malformed)?;
         schedule.note(name, &v);
@@ -352,7 +388,12 @@ pub fn inbound(
             }
             continue;
         }
-        m.properties.push((names.get(name), value));
+        kept += 1;
+    }
+    if kept > 0 {
+        if let Some(map) = view.application_properties_bytes() {
+            m.properties = UserProperties::encoded(map, kept, decode_properties);
+        }
     }
     m.due_at = due_at(view, &schedule, now)?;
     let ranges = view.ranges();
@@ -538,6 +579,78 @@ mod tests {
         }
     }
 
+    /// The properties `inbound` keeps, as the full decoder reads them.
+    fn decoded_in_full(view: &MessageView) -> Vec<Property> {
+        view.application_property_entries()
+            .map(|e| e.unwrap())
+            .filter_map(|(key, v)| {
+                let name = key.filter(|name| kept_as_property(name))?;
+                Some((Arc::from(name), core_value(&v)?))
+            })
+            .collect()
+    }
+
+    fn property_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z]{1,6}",
+            Just("JMSXGroupID".to_string()),
+            Just("JMSXGroupSeq".to_string()),
+            Just("_AMQ_GROUP_ID".to_string()),
+            Just("x-delay".to_string()),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn properties_left_encoded_read_as_the_decoder_reads_them(
+            entries in prop::collection::vec((property_name(), leaf()), 0..8),
+        ) {
+            let amqp = AmqpMessage {
+                application_properties: Some(
+                    entries.into_iter().map(|(k, v)| (AmqpValue::string(&k), v)).collect(),
+                ),
+                body: Body::Value(AmqpValue::Null),
+                ..AmqpMessage::default()
+            };
+            let view = MessageView::parse(amqp.to_bytes()).unwrap();
+            // A delay or group it cannot use is refused as a whole; nothing to compare.
+            let Ok(m) = inbound(&view, Arc::from("q"), 1000) else { return Ok(()) };
+            let expected = decoded_in_full(&view);
+            let got = m.properties.list();
+            prop_assert_eq!(got.len(), expected.len());
+            for ((gk, gv), (ek, ev)) in got.iter().zip(&expected) {
+                prop_assert_eq!(gk, ek);
+                prop_assert!(same(&Some(gv.clone()), &Some(ev.clone())), "{:?} vs {:?}", gv, ev);
+            }
+        }
+    }
+
+    #[test]
+    fn properties_stay_encoded_until_read() {
+        let view = MessageView::parse(jms_like().to_bytes()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        assert!(m.properties.is_encoded());
+        assert_eq!(m.properties.count(), 2);
+        let detached = m.detached();
+        assert_eq!(detached.property("n"), Some(&Value::Int(3)));
+        assert!(m.properties.is_encoded(), "the copy decodes its own");
+        assert_eq!(m.property("color"), Some(&Value::String(Arc::from("red"))));
+        assert!(!m.properties.is_encoded());
+    }
+
+    #[test]
+    fn a_malformed_property_value_is_refused_when_the_message_comes_in() {
+        // Application properties {"k": str8 of two bytes that are not UTF-8}, empty body.
+        let mut payload = vec![0x00, 0x53, 0x74];
+        payload.extend_from_slice(&[0xc1, 0x08, 0x02, 0xa1, 0x01, b'k', 0xa1, 0x02, 0xff, 0xfe]);
+        payload.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x00]);
+        let view = MessageView::parse(Bytes::from(payload)).unwrap();
+        assert!(matches!(
+            inbound(&view, Arc::from("q"), 0),
+            Err(ConvertError::Malformed(_))
+        ));
+    }
+
     #[test]
     fn every_wide_and_narrow_form_of_a_number_is_read_in_place() {
         // Encoders may use the long forms for small numbers; all must read the same.
@@ -615,7 +728,7 @@ mod tests {
     #[test]
     fn inbound_maps_fields() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(61_000));
@@ -640,7 +753,7 @@ mod tests {
     #[test]
     fn outbound_keeps_the_bare_message_and_rewrites_the_header() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
         let mut buf = BytesMut::new();
         assert!(
             outbound(&m, 3, 2000, None, &mut buf).is_none(),
@@ -662,14 +775,14 @@ mod tests {
             AmqpValue::Long(-5),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0, &mut Names::default()).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0).is_err());
         msg.message_annotations = None;
         msg.application_properties = Some(vec![(
             AmqpValue::string("x-delay"),
             AmqpValue::string("soon"),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0, &mut Names::default()).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0).is_err());
     }
 
     #[test]
@@ -680,7 +793,7 @@ mod tests {
             0x00,
         ]);
         let view = MessageView::parse(raw).unwrap();
-        let e = inbound(&view, Arc::from("q"), 0, &mut Names::default()).unwrap_err();
+        let e = inbound(&view, Arc::from("q"), 0).unwrap_err();
         assert_eq!(e.condition(), "amqp:decode-error");
     }
 
@@ -693,9 +806,7 @@ mod tests {
         ]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert_eq!(
-            inbound(&view, Arc::from("q"), 0, &mut Names::default())
-                .unwrap()
-                .due_at,
+            inbound(&view, Arc::from("q"), 0).unwrap().due_at,
             Some(9999)
         );
     }
@@ -705,7 +816,7 @@ mod tests {
         let mut amqp = jms_like();
         amqp.body = Body::Data(vec![Bytes::from(vec![7u8; SHARE_FROM])]);
         let view = MessageView::parse(amqp.to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, &mut Names::default()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
         let wire = m.wire.clone().unwrap().bytes;
         let mut buf = BytesMut::new();
         let tail = outbound(&m, 3, 2000, None, &mut buf).expect("shared, not copied");
@@ -730,7 +841,7 @@ mod tests {
             reply_to: Some(Arc::from("/queue/r")),
             group_id: Some(Arc::from("g")),
             group_seq: Some(2),
-            properties: vec![(Arc::from("k"), Value::String(Arc::from("v")))],
+            properties: vec![(Arc::from("k"), Value::String(Arc::from("v")))].into(),
             priority: 4,
             ..Message::default()
         };

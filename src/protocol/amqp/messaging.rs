@@ -341,6 +341,34 @@ pub struct ApplicationProperties<'a> {
 }
 
 impl<'a> ApplicationProperties<'a> {
+    /// The entries of an encoded map (or null) that `parse` checked:
+    /// [`MessageView::application_properties_bytes`].
+    pub fn of(map: &'a Bytes) -> Self {
+        Self::within(Ctx::new(map), map)
+    }
+
+    fn within(cx: Ctx<'a>, value: &'a [u8]) -> Self {
+        let empty = ApplicationProperties {
+            cx,
+            rest: &[],
+            entries_left: 0,
+        };
+        let (wide, after) = match value.split_first() {
+            Some((&code::MAP8, after)) => (false, after),
+            Some((&code::MAP32, after)) => (true, after),
+            _ => return empty,
+        };
+        match finish(compound_header(after, wide)) {
+            Ok((_, (body, count))) => ApplicationProperties {
+                rest: body,
+                entries_left: count / 2,
+                ..empty
+            },
+            // Checked by `parse`.
+            Err(_) => empty,
+        }
+    }
+
     fn key(&self, i: &'a [u8]) -> Result<(&'a [u8], Option<&'a str>)> {
         let text = |wide: bool| -> Result<(&'a [u8], Option<&'a str>)> {
             let (rest, text) = finish(variable_slice(&i[1..], wide))?;
@@ -572,30 +600,19 @@ impl MessageView {
     }
     /// The application properties one entry at a time, without building a map.
     pub fn application_property_entries(&self) -> ApplicationProperties<'_> {
-        let empty = ApplicationProperties {
-            cx: Ctx::new(&self.raw),
-            rest: &[],
-            entries_left: 0,
-        };
-        let Some(range) = self.application_properties.clone() else {
-            return empty;
-        };
-        let value = &self.raw[range];
-        let (wide, after) = match value.split_first() {
-            Some((&code::MAP8, after)) => (false, after),
-            Some((&code::MAP32, after)) => (true, after),
-            _ => return empty,
-        };
-        match finish(compound_header(after, wide)) {
-            Ok((_, (body, count))) => ApplicationProperties {
-                rest: body,
-                entries_left: count / 2,
-                ..empty
-            },
-            // Checked by `parse`.
-            Err(_) => empty,
+        match self.application_properties.clone() {
+            Some(range) => ApplicationProperties::within(Ctx::new(&self.raw), &self.raw[range]),
+            None => ApplicationProperties::within(Ctx::new(&self.raw), &[]),
         }
     }
+
+    /// The encoded application-properties map (or null), a slice of the payload.
+    pub fn application_properties_bytes(&self) -> Option<Bytes> {
+        self.application_properties
+            .clone()
+            .map(|range| self.raw.slice(range))
+    }
+
     pub fn body(&self) -> &Body {
         &self.message.body
     }

@@ -588,7 +588,7 @@ impl Session {
                 (node.name, Dest::Routed(node.routing))
             }
         };
-        let mut message = match convert::inbound(&view, address, now_ms(), &mut cx.names) {
+        let mut message = match convert::inbound(&view, address, now_ms()) {
             Ok(m) => m,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };

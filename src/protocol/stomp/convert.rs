@@ -130,7 +130,7 @@ pub fn message_from_send(
         }
         properties.push((names.get(name), Value::String(Arc::from(value))));
     }
-    message.properties = properties;
+    message.properties = properties.into();
     message.durable = known
         .get(slot!("persistent"))
         .is_some_and(|v| v.eq_ignore_ascii_case("true"));
@@ -521,7 +521,8 @@ mod tests {
                 (Arc::from("count"), Value::Int(-12)),
                 (Arc::from("ok"), Value::Bool(true)),
                 (Arc::from("ratio"), Value::Double(0.5)),
-            ],
+            ]
+            .into(),
             content_type: Some(Arc::from("text/plain")),
             correlation_id: Some(Arc::from("c\n1")),
             group_id: Some(Arc::from("g")),
