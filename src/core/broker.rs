@@ -211,8 +211,11 @@ impl Broker {
                     return Ok(Completion::ready());
                 };
                 let subscribers = topic.subscribers.read().clone();
-                let message = self
-                    .resolve_delay(message, &self.settings_for(&message_address(&subscribers)))?;
+                let mut message = message;
+                self.resolve_delay(
+                    &mut message,
+                    &self.settings_for(&message_address(&subscribers)),
+                )?;
                 let shared = Arc::new(message);
                 let mut last = Completion::ready();
                 for queue in &subscribers {
@@ -227,9 +230,10 @@ impl Broker {
     pub fn publish_to(
         &self,
         queue: &Arc<Queue>,
-        message: Message,
+        mut message: Message,
     ) -> Result<Completion, CoreError> {
-        let message = self.resolve_delay(message, queue.settings())?;
+        // In place: a message is a few hundred bytes, moved on every hand-over.
+        self.resolve_delay(&mut message, queue.settings())?;
         Ok(self.enqueue(queue, Arc::new(message), 0))
     }
 
@@ -255,14 +259,10 @@ impl Broker {
     }
 
     /// Applies the queue's default delay and the maximum (Zaqar's delayed queues).
-    fn resolve_delay(
-        &self,
-        mut message: Message,
-        settings: &QueueSettings,
-    ) -> Result<Message, CoreError> {
+    fn resolve_delay(&self, message: &mut Message, settings: &QueueSettings) -> Result<(), CoreError> {
         if message.due_at.is_none() && settings.default_message_delay.is_zero() {
             // The common case, without a clock read per message.
-            return Ok(message);
+            return Ok(());
         }
         let now = now_ms();
         let due = match message.due_at {
@@ -271,7 +271,7 @@ impl Broker {
         };
         if due <= now {
             message.due_at = None;
-            return Ok(message);
+            return Ok(());
         }
         let max = settings.max_message_delay.as_millis() as u64;
         let delay = due - now;
@@ -289,7 +289,7 @@ impl Broker {
         } else {
             message.due_at = Some(due);
         }
-        Ok(message)
+        Ok(())
     }
 
     /// Attaches a consumer. Multicast gets a private queue that lives as long as the subscription.
