@@ -5,12 +5,12 @@ use super::auth::Authenticator;
 use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
 use super::error::CoreError;
 use super::factory::ConnectionFactory;
+use super::fast_map::FastDashMap;
 use super::message::{now_ms, Message, Value};
 use super::queue::{Diversion, Diverter, Queue};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};
-use dashmap::DashMap;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -69,9 +69,9 @@ struct Inner {
     settings: SettingsTable,
     auth: Authenticator,
     store: Store,
-    queues: DashMap<Arc<str>, Arc<Queue>>,
-    queues_by_id: DashMap<u32, Arc<Queue>>,
-    topics: DashMap<Arc<str>, Arc<Topic>>,
+    queues: FastDashMap<Arc<str>, Arc<Queue>>,
+    queues_by_id: FastDashMap<u32, Arc<Queue>>,
+    topics: FastDashMap<Arc<str>, Arc<Topic>>,
     /// Queue settings set explicitly in the config, by queue name.
     declared: HashMap<String, QueueSettings>,
     factories: HashMap<String, ConnectionFactory>,
@@ -95,9 +95,9 @@ impl Broker {
             settings: options.settings,
             auth: options.auth,
             store,
-            queues: DashMap::new(),
-            queues_by_id: DashMap::new(),
-            topics: DashMap::new(),
+            queues: FastDashMap::default(),
+            queues_by_id: FastDashMap::default(),
+            topics: FastDashMap::default(),
             declared: options.declared.iter().cloned().collect(),
             factories: options
                 .factories
@@ -259,7 +259,11 @@ impl Broker {
     }
 
     /// Applies the queue's default delay and the maximum (Zaqar's delayed queues).
-    fn resolve_delay(&self, message: &mut Message, settings: &QueueSettings) -> Result<(), CoreError> {
+    fn resolve_delay(
+        &self,
+        message: &mut Message,
+        settings: &QueueSettings,
+    ) -> Result<(), CoreError> {
         if message.due_at.is_none() && settings.default_message_delay.is_zero() {
             // The common case, without a clock read per message.
             return Ok(());

@@ -19,6 +19,7 @@ use super::txn::Transactions;
 use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::factory::ConnectionFactory;
+use crate::core::fast_map::FastMap;
 use crate::core::queue::PendingAcks;
 use crate::core::Broker;
 use crate::protocol::write_parts::WriteParts;
@@ -27,7 +28,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,7 +147,7 @@ pub struct Ctx {
     pub out: Vec<Frame>,
     pub sink: DeliverySink,
     /// Which link each consumer delivers to: (channel, handle).
-    pub consumers: HashMap<ConsumerId, (u16, u32)>,
+    pub consumers: FastMap<ConsumerId, (u16, u32)>,
     pub waiting: FuturesUnordered<BoxFuture<'static, Settled>>,
     /// Transfers waiting for nothing but their disk write, oldest first: the store
     /// answers in submission order, so only the front is polled.
@@ -252,7 +253,7 @@ where
             factory: None,
             out: Vec::new(),
             sink,
-            consumers: HashMap::new(),
+            consumers: FastMap::default(),
             waiting: FuturesUnordered::new(),
             written: VecDeque::new(),
             txns: Transactions::default(),
@@ -264,7 +265,7 @@ where
             options,
         },
         deliveries,
-        sessions: HashMap::new(),
+        sessions: FastMap::default(),
         claim: None,
         remote_idle: None,
         last_read: Instant::now(),
@@ -312,7 +313,7 @@ struct Connection<S> {
     cx: Ctx,
     deliveries: crate::core::deliveries::Deliveries,
     /// By the peer's channel number (ours is the same).
-    sessions: HashMap<u16, Session>,
+    sessions: FastMap<u16, Session>,
     claim: Option<ContainerClaim>,
     /// Send something at least this often.
     remote_idle: Option<Duration>,

@@ -13,12 +13,13 @@ use super::terminus;
 use super::txn::{Dest, HeldAck};
 use super::{AmqpFrame, Declare, Discharge, Frame};
 use crate::core::consumer::{ConsumerId, Delivery, Release};
+use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::Queue;
 use crate::core::CoreError;
 use crate::store::{Completion, StoreError};
 use bytes::{Bytes, BytesMut};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 /// Our incoming window; re-announced when half used.
@@ -55,9 +56,9 @@ pub struct Session {
     incoming_window: u32,
     remote_incoming_window: u32,
     pub handle_max: u32,
-    pub senders: HashMap<u32, SenderLink>,
-    pub receivers: HashMap<u32, ReceiverLink>,
-    unsettled: HashMap<u32, Unsettled>,
+    pub senders: FastMap<u32, SenderLink>,
+    pub receivers: FastMap<u32, ReceiverLink>,
+    unsettled: FastMap<u32, Unsettled>,
     /// We sent `end` and wait for the peer's.
     ending: bool,
     /// Links we detached (refused or failed) whose detach the peer has yet to send: its
@@ -76,9 +77,9 @@ impl Session {
             incoming_window: INCOMING_WINDOW,
             remote_incoming_window: begin.incoming_window,
             handle_max: begin.handle_max.min(65535),
-            senders: HashMap::new(),
-            receivers: HashMap::new(),
-            unsettled: HashMap::new(),
+            senders: FastMap::default(),
+            receivers: FastMap::default(),
+            unsettled: FastMap::default(),
             ending: false,
             detaching: HashSet::new(),
         };
@@ -705,7 +706,7 @@ impl Session {
             return;
         }
         let mut id = d.first;
-        let mut acks: HashMap<(ConsumerId, u32), (Arc<Queue>, Vec<u64>)> = HashMap::new();
+        let mut acks: FastMap<(ConsumerId, u32), (Arc<Queue>, Vec<u64>)> = FastMap::default();
         loop {
             if let Some(u) = self.unsettled.remove(&id) {
                 let state = d.state.clone().unwrap_or(DeliveryState::Accepted);

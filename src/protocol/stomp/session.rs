@@ -9,6 +9,7 @@ use crate::core::consumer::{
     ConsumerId, ConsumerOptions, CreditMode, Delivery, MessageFilter, Release,
 };
 use crate::core::factory::ProducerGroup;
+use crate::core::fast_map::FastMap;
 use crate::core::queue::PendingAcks;
 use crate::core::selector::Selector;
 use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
@@ -93,7 +94,7 @@ struct Sub {
     subscription: Subscription,
     /// Delivered, not yet acknowledged: delivery order -> queue sequence.
     outstanding: BTreeMap<u64, u64>,
-    order_of: HashMap<u64, u64>,
+    order_of: FastMap<u64, u64>,
     group_first_key: Option<String>,
 }
 
@@ -116,7 +117,7 @@ struct Session<S> {
     names: crate::core::names::Names,
     deliveries: crate::core::deliveries::Deliveries,
     subs: HashMap<String, Sub>,
-    sub_of_consumer: HashMap<ConsumerId, String>,
+    sub_of_consumer: FastMap<ConsumerId, String>,
     transactions: HashMap<String, Vec<TxOp>>,
     receipts: FuturesOrdered<PendingReceipt>,
     /// Receipts that need no wait, written right after the frame that asked,
@@ -174,7 +175,7 @@ where
         names: crate::core::names::Names::default(),
         deliveries,
         subs: HashMap::new(),
-        sub_of_consumer: HashMap::new(),
+        sub_of_consumer: FastMap::default(),
         transactions: HashMap::new(),
         receipts: FuturesOrdered::new(),
         ready_receipts: Vec::new(),
@@ -362,8 +363,8 @@ where
 
     /// Writes a batch of deliveries with one flush (one syscall for many frames).
     async fn write_deliveries(&mut self, first: Delivery) -> Result<(), SessionError> {
-        let mut auto_acks: HashMap<ConsumerId, (Arc<crate::core::queue::Queue>, Vec<u64>)> =
-            HashMap::new();
+        let mut auto_acks: FastMap<ConsumerId, (Arc<crate::core::queue::Queue>, Vec<u64>)> =
+            FastMap::default();
         let mut next = Some(first);
         let mut written = 0;
         let mut failed = None;
@@ -669,7 +670,7 @@ where
                 ack,
                 subscription,
                 outstanding: BTreeMap::new(),
-                order_of: HashMap::new(),
+                order_of: FastMap::default(),
                 group_first_key: settings.group_first_key.clone(),
             },
         );
