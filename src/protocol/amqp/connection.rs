@@ -20,6 +20,7 @@ use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::factory::ConnectionFactory;
 use crate::core::fast_map::FastMap;
+use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
 use crate::core::Broker;
 use crate::protocol::write_parts::WriteParts;
@@ -146,6 +147,12 @@ pub struct Ctx {
     /// Frames to write at the next flush.
     pub out: Vec<Frame>,
     pub sink: DeliverySink,
+    /// The wall clock (epoch ms) when the frames being handled were read: a
+    /// message's arrival time. Read once per wake-up, not per message (a
+    /// clock read was 1.5% of the worker's time under load); every frame of a
+    /// wake-up is handled without waiting, so it is off by well under a
+    /// millisecond.
+    pub read_at_ms: u64,
     /// Which link each consumer delivers to: (channel, handle).
     pub consumers: FastMap<ConsumerId, (u16, u32)>,
     pub waiting: FuturesUnordered<BoxFuture<'static, Settled>>,
@@ -253,6 +260,7 @@ where
             factory: None,
             out: Vec::new(),
             sink,
+            read_at_ms: now_ms(),
             consumers: FastMap::default(),
             waiting: FuturesUnordered::new(),
             written: VecDeque::new(),
@@ -428,6 +436,7 @@ where
                 item = self.framed.next() => {
                     // Once per wake-up, not per frame: the idle check needs no finer clock.
                     self.last_read = Instant::now();
+                    self.cx.read_at_ms = now_ms();
                     if self.inbound(item)? {
                         // The peer closed or went away: what we owe it goes out if it can.
                         let _ = self.flush().await;
