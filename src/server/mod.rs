@@ -204,28 +204,6 @@ impl Acceptor {
                 continue;
             };
             let _ = stream.set_nodelay(true);
-            {
-                use std::os::fd::AsRawFd;
-                for (var, opt) in [
-                    ("WEIR_RCVBUF", libc::SO_RCVBUF),
-                    ("WEIR_SNDBUF", libc::SO_SNDBUF),
-                ] {
-                    if let Some(v) = std::env::var(var)
-                        .ok()
-                        .and_then(|v| v.parse::<libc::c_int>().ok())
-                    {
-                        unsafe {
-                            libc::setsockopt(
-                                stream.as_raw_fd(),
-                                libc::SOL_SOCKET,
-                                opt,
-                                &v as *const _ as *const libc::c_void,
-                                4,
-                            )
-                        };
-                    }
-                }
-            }
             let broker = self.broker.clone();
             let stomp = self.stomp.clone();
             let amqp = self.amqp.clone();
