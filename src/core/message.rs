@@ -108,16 +108,20 @@ impl Message {
             format: w.format,
             bytes: Bytes::copy_from_slice(&w.bytes),
         });
-        let body = match (&self.wire, &wire) {
-            (Some(old), Some(new)) => match subslice_offset(&old.bytes, &self.body) {
-                Some(at) => new.bytes.slice(at..at + self.body.len()),
-                None => Bytes::copy_from_slice(&self.body),
-            },
-            _ => Bytes::copy_from_slice(&self.body),
+        // A part of the wire form (the body, encoded properties) becomes the same
+        // part of the copy; anything else is copied on its own.
+        let own = |part: &Bytes| {
+            match (&self.wire, &wire) {
+                (Some(old), Some(new)) => {
+                    subslice_offset(&old.bytes, part).map(|at| new.bytes.slice(at..at + part.len()))
+                }
+                _ => None,
+            }
+            .unwrap_or_else(|| Bytes::copy_from_slice(part))
         };
         Message {
-            body,
-            properties: self.properties.detached(),
+            body: own(&self.body),
+            properties: self.properties.detached(own),
             wire,
             ..self.clone()
         }

@@ -89,15 +89,16 @@ impl Properties {
         self.to_mut().push(property);
     }
 
-    /// The same properties owning exact-size copies of their bytes (see
+    /// The same properties holding no slice of a shared buffer: `own` gives
+    /// each one's bytes their own (see
     /// [`Message::detached`](super::message::Message::detached)).
-    pub fn detached(&self) -> Properties {
+    pub fn detached(&self, own: impl Fn(&Bytes) -> Bytes) -> Properties {
         match &self.0 {
             Repr::List(list) => Properties(Repr::List(
                 list.iter()
                     .map(|(name, value)| {
                         let value = match value {
-                            Value::Binary(b) => Value::Binary(Bytes::copy_from_slice(b)),
+                            Value::Binary(b) => Value::Binary(own(b)),
                             other => other.clone(),
                         };
                         (name.clone(), value)
@@ -105,7 +106,7 @@ impl Properties {
                     .collect(),
             )),
             Repr::Encoded(e) => Properties(Repr::Encoded(Encoded {
-                bytes: Bytes::copy_from_slice(&e.bytes),
+                bytes: own(&e.bytes),
                 count: e.count,
                 decode: e.decode,
                 decoded: OnceLock::new(),
@@ -209,7 +210,7 @@ mod tests {
     fn detached_properties_own_their_bytes() {
         let buffer = Bytes::from(vec![3u8; 64]);
         let props = Properties::encoded(buffer.slice(0..2), 2, decode_bytes);
-        let copy = props.detached();
+        let copy = props.detached(|b| Bytes::copy_from_slice(b));
         assert!(copy.is_encoded());
         assert_eq!(copy, props);
         let Repr::Encoded(e) = &copy.0 else {

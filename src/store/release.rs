@@ -37,10 +37,9 @@ pub(super) struct Releases {
 
 impl Releases {
     /// Takes in a submission; tickets arrive in order, one after another.
-    pub fn enqueue(&mut self, ticket: Ticket) -> Ticket {
+    pub fn enqueue(&mut self, ticket: Ticket) {
         debug_assert_eq!(ticket.0, self.front + self.slots.len() as u64);
         self.slots.push_back(None);
-        ticket
     }
 
     /// Records the outcome of a submission; given once everything before it is.
@@ -75,8 +74,9 @@ mod tests {
     fn a_later_outcome_waits_for_an_earlier_one() {
         let answers = Answers::default();
         let mut releases = Releases::default();
-        let first = releases.enqueue(Ticket(0));
-        let second = releases.enqueue(Ticket(1));
+        let (first, second) = (Ticket(0), Ticket(1));
+        releases.enqueue(first);
+        releases.enqueue(second);
         releases.resolve(second, Ok(()));
         releases.release(&answers);
         assert!(
@@ -88,7 +88,8 @@ mod tests {
         assert!(matches!(answers.answer(0), Some(Err(_))));
         assert!(matches!(answers.answer(1), Some(Ok(()))));
         // Tickets keep counting after the line empties.
-        let third = releases.enqueue(Ticket(2));
+        let third = Ticket(2);
+        releases.enqueue(third);
         releases.resolve(third, Ok(()));
         releases.release(&answers);
         assert!(matches!(answers.answer(2), Some(Ok(()))));

@@ -104,7 +104,7 @@ impl Completion {
 
     /// A completion that failed already (the store is closed).
     pub(super) fn failed(e: StoreError) -> Self {
-        Completion::written(Some(Written(Answer::Failed(Some(Arc::new(e))))))
+        Completion::written(Some(Written(Answer::Failed(Arc::new(e)))))
     }
 
     /// A completion for work that needed no write.
@@ -195,8 +195,8 @@ enum Answer {
     Ticket(TicketAnswer),
     /// Several completions joined (`Completion::all`).
     Channel(oneshot::Receiver<Outcome>),
-    /// Failed before it was submitted; the error is handed out once.
-    Failed(Option<Arc<StoreError>>),
+    /// Failed before it was submitted.
+    Failed(Arc<StoreError>),
 }
 
 impl std::fmt::Debug for Written {
@@ -218,9 +218,7 @@ impl Written {
                     Some(Err(Arc::new(StoreError::Closed)))
                 }
             },
-            Answer::Failed(e) => Some(Err(e
-                .clone()
-                .unwrap_or_else(|| Arc::new(StoreError::Closed)))),
+            Answer::Failed(e) => Some(Err(e.clone())),
         }
     }
 }
@@ -237,9 +235,7 @@ impl std::future::Future for Written {
             Answer::Channel(rx) => std::pin::Pin::new(rx)
                 .poll(cx)
                 .map(|r| r.unwrap_or(Err(Arc::new(StoreError::Closed)))),
-            Answer::Failed(e) => std::task::Poll::Ready(Err(e
-                .take()
-                .unwrap_or_else(|| Arc::new(StoreError::Closed)))),
+            Answer::Failed(e) => std::task::Poll::Ready(Err(e.clone())),
         }
     }
 }
@@ -273,18 +269,6 @@ pub(super) struct Writer {
     pub scratch: Vec<u8>,
 }
 
-/// A submission on its way through the writer.
-struct Queued {
-    ops: OpList,
-    ticket: Ticket,
-}
-
-impl Queued {
-    fn op_count(&self) -> usize {
-        self.ops.len()
-    }
-}
-
 /// Tells waiting submitters when the writer stops, however it stops (a panic
 /// included): nobody would answer them otherwise.
 struct GoneOnDrop(Arc<Answers>);
@@ -306,9 +290,8 @@ impl Writer {
     pub fn run(mut self, inbox: Arc<Inbox>) {
         let _gone = GoneOnDrop(inbox.answers().clone());
         let mut releases = Releases::default();
-        // Submissions taken from the line, and those for the next commit.
-        let mut incoming: Vec<Submission> = Vec::new();
-        let mut queued: Vec<Queued> = Vec::new();
+        // Submissions for the next commit, taken from the line.
+        let mut queued: Vec<Submission> = Vec::new();
         // Something was written since the last idle flush.
         let mut dirty = false;
         let mut open = true;
@@ -319,7 +302,7 @@ impl Writer {
                 None if dirty => Wait::Until(Instant::now() + self.idle_flush_after),
                 None => Wait::Forever,
             };
-            match inbox.take(&mut incoming, self.max_batch, wait) {
+            match inbox.take(&mut queued, self.max_batch, wait) {
                 Taken::Some => {}
                 // Quiet, and nothing kept back: give memory back.
                 Taken::Nothing if held_until.is_none() => {
@@ -331,15 +314,15 @@ impl Writer {
                 Taken::Nothing => {}
                 Taken::Closed => open = false,
             }
-            let mut count: usize = incoming.iter().map(Submission::op_count).sum();
+            let mut count: usize = queued.iter().map(Submission::op_count).sum();
             // Batched: let more come in until the window closes (or the batch is full).
             if let FsyncPolicy::Batched { window } = self.policy {
                 let deadline = Instant::now() + window;
                 while open && count < self.max_batch {
-                    let before = incoming.len();
-                    match inbox.take(&mut incoming, self.max_batch - count, Wait::Until(deadline)) {
+                    let before = queued.len();
+                    match inbox.take(&mut queued, self.max_batch - count, Wait::Until(deadline)) {
                         Taken::Some => {
-                            count += incoming[before..]
+                            count += queued[before..]
                                 .iter()
                                 .map(Submission::op_count)
                                 .sum::<usize>()
@@ -349,10 +332,9 @@ impl Writer {
                     }
                 }
             }
-            queued.extend(incoming.drain(..).map(|s| Queued {
-                ops: s.ops,
-                ticket: releases.enqueue(s.ticket),
-            }));
+            for s in &queued {
+                releases.enqueue(s.ticket);
+            }
             // On the way out nothing is kept back.
             let commit = self.build(&mut queued, Instant::now(), open);
             // Nothing left (every message of the batch already consumed): no
@@ -426,8 +408,8 @@ impl Writer {
     /// New messages of queues whose consumers keep up are kept back in `held`
     /// (`may_hold`; see `holding`). A commit that purges or deletes a queue
     /// writes every held message first: they must not cross it.
-    fn build(&mut self, queued: &mut Vec<Queued>, now: Instant, may_hold: bool) -> Commit {
-        let count: usize = queued.iter().map(Queued::op_count).sum();
+    fn build(&mut self, queued: &mut Vec<Submission>, now: Instant, may_hold: bool) -> Commit {
+        let count: usize = queued.iter().map(Submission::op_count).sum();
         let mut ops: Vec<Op> = Vec::with_capacity(count);
         // Per op, the submission it came in.
         let mut owner: Vec<usize> = Vec::with_capacity(count);

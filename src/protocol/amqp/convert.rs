@@ -93,9 +93,7 @@ fn uuid_text(u: &[u8; 16]) -> String {
 
 /// Application properties the broker acts on (delays, groups): always decoded in full.
 fn has_meaning(name: &str) -> bool {
-    ScheduleProperties::NAMES.contains(&name)
-        || GROUP_ID_PROPERTIES.contains(&name)
-        || name == "JMSXGroupSeq"
+    ScheduleProperties::NAMES.contains(&name) || !kept_as_property(name)
 }
 
 /// A scalar read in place: a value, or text still to be copied.
