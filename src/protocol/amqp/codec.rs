@@ -14,7 +14,7 @@ use crate::protocol::write_parts::WriteParts;
 pub const MIN_MAX_FRAME_SIZE: u32 = 512;
 
 const FRAME_HEADER: usize = 8;
-const FRAME_TYPE_AMQP: u8 = 0;
+pub const FRAME_TYPE_AMQP: u8 = 0;
 const FRAME_TYPE_SASL: u8 = 1;
 
 /// `AMQP` + protocol id + version, exchanged before any frame.

@@ -9,10 +9,11 @@
 
 use bytes::BytesMut;
 
-use super::codec::{encode_frame_sharing, AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
+use super::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
 use super::definitions::{AmqpError, DeliveryState};
 use super::error::{condition, AmqpCodecError};
 use super::handshake::{self, HandshakeError};
+use super::outgoing::Outgoing;
 use super::performatives::{Close, Open, Performative};
 use super::session::{Session, SessionError};
 use super::txn::Transactions;
@@ -23,7 +24,6 @@ use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
 use crate::core::Broker;
-use crate::protocol::write_parts::WriteParts;
 use crate::store::{StoreError, Written};
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
@@ -144,8 +144,8 @@ pub struct Ctx {
     pub options: AmqpOptions,
     pub container_id: String,
     pub factory: Option<ConnectionFactory>,
-    /// Frames to write at the next flush.
-    pub out: Vec<Frame>,
+    /// Frames to write at the next flush, already encoded.
+    pub out: Outgoing,
     pub sink: DeliverySink,
     /// The wall clock (epoch ms) when the frames being handled were read: a
     /// message's arrival time. Read once per wake-up, not per message (a
@@ -167,8 +167,8 @@ pub struct Ctx {
     pub drains_pending: bool,
     /// Acks of pre-settled deliveries waiting for a free queue.
     pub pending_acks: PendingAcks,
-    /// Where outgoing payloads and delivery tags are built: each is split off a shared
-    /// chunk instead of taking an allocation of its own.
+    /// Where a delivery too large for one frame is built before it is split:
+    /// cut from a shared chunk instead of taking an allocation of its own.
     pub staging: Staging,
     next_generation: u64,
 }
@@ -253,12 +253,11 @@ where
     let (sink, deliveries) = crate::core::deliveries::channel();
     let mut conn = Connection {
         framed,
-        parts: WriteParts::default(),
         cx: Ctx {
             broker,
             container_id: String::new(),
             factory: None,
-            out: Vec::new(),
+            out: Outgoing::default(),
             sink,
             read_at_ms: now_ms(),
             consumers: FastMap::default(),
@@ -298,26 +297,8 @@ where
     conn.end_sessions();
 }
 
-/// Bytes of frames gathered before they are written (see `Connection::flush`).
-const WRITE_BATCH_BYTES: usize = 256 * 1024;
-
-/// Writes what the write buffer and `parts` hold, in order.
-async fn write_out<S>(
-    framed: &mut Framed<S, AmqpFrameCodec>,
-    parts: &mut WriteParts,
-) -> Result<(), AmqpCodecError>
-where
-    S: AsyncWrite + Unpin,
-{
-    parts.write_framed(framed).await?;
-    SinkExt::<Outbound>::flush(framed).await
-}
-
 struct Connection<S> {
     framed: Framed<S, AmqpFrameCodec>,
-    /// Large transfer payloads on their way out, queued uncopied after the frame
-    /// heads before them.
-    parts: WriteParts,
     cx: Ctx,
     deliveries: crate::core::deliveries::Deliveries,
     /// By the peer's channel number (ours is the same).
@@ -410,6 +391,9 @@ where
         self.framed
             .codec_mut()
             .set_remote_max_frame_size(open.max_frame_size);
+        self.cx
+            .out
+            .set_max_frame(self.framed.codec().remote_max_frame_size());
         // Heart-beat at half the peer's timeout, as the spec suggests.
         self.remote_idle = open
             .idle_time_out
@@ -659,28 +643,10 @@ where
         }
     }
 
-    /// Writes every frame waiting. Frames are encoded straight into the write
-    /// buffer, large payloads queued beside it uncopied, and all go out in one
-    /// vectored write per [`WRITE_BATCH_BYTES`] (tokio-util's `feed` would write
-    /// every 8 KiB; an unbounded batch would keep a large buffer per connection).
+    /// Writes every frame waiting, in one vectored write when large payloads
+    /// are queued beside the encoded frames (see [`Outgoing`]).
     async fn flush(&mut self) -> Result<(), ConnError> {
-        let max = self.framed.codec().remote_max_frame_size();
-        let mut failed = None;
-        for frame in self.cx.out.drain(..) {
-            let buf = self.framed.write_buffer_mut();
-            if let Err(e) = encode_frame_sharing(&frame, max, buf, &mut self.parts) {
-                failed = Some(e);
-                break;
-            }
-            if self.framed.write_buffer().len() + self.parts.len() >= WRITE_BATCH_BYTES {
-                write_out(&mut self.framed, &mut self.parts).await?;
-            }
-        }
-        // The frames before a refused one still go out, ahead of the close.
-        write_out(&mut self.framed, &mut self.parts).await?;
-        if let Some(e) = failed {
-            return Err(e.into());
-        }
+        self.cx.out.write_to(&mut self.framed).await?;
         self.last_write = Instant::now();
         Ok(())
     }

@@ -399,8 +399,10 @@ impl<'b> ListWriter<'b> {
         self.opt(v, |v, b| Value::Timestamp(v).encode(b))
     }
 
-    pub(crate) fn binary(&mut self, v: Option<&Bytes>) {
-        self.opt(v, |v, b| encode::variable(code::VBIN8, code::VBIN32, v, b))
+    pub(crate) fn binary(&mut self, v: Option<impl AsRef<[u8]>>) {
+        self.opt(v, |v, b| {
+            encode::variable(code::VBIN8, code::VBIN32, v.as_ref(), b)
+        })
     }
 
     pub(crate) fn string(&mut self, v: Option<&Str>) {

@@ -14,6 +14,7 @@ pub mod error;
 mod handshake;
 mod link;
 pub mod messaging;
+mod outgoing;
 pub mod performatives;
 pub mod sasl;
 mod session;

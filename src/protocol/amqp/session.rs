@@ -8,6 +8,7 @@ use super::described::Composite;
 use super::error::condition;
 use super::link::{Partial, ReceiverLink, Route, SenderLink};
 use super::messaging::{Body, MessageView};
+use super::outgoing::{DeliveryStart, Placed};
 use super::performatives::{Begin, Detach, Disposition, End, Flow, Performative, Transfer};
 use super::terminus;
 use super::txn::{Dest, HeldAck};
@@ -321,24 +322,29 @@ impl Session {
             let Some(d) = link.next_to_send() else { break };
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
-            let payload = cx.staging.room(d.message.weight() + 32);
             let first_key = d
                 .group_first
                 .then(|| d.queue.settings().group_first_key.as_deref())
                 .flatten();
             // The clock only matters for the remaining time-to-live.
             let now = d.message.expires_at.map_or(0, |_| now_ms());
-            let tail = convert::outbound(&d.message, d.delivery_count, now, first_key, payload);
-            let payload = cx.staging.take();
-            let frames = send_transfer(
-                cx,
-                self.channel,
+            let write = |buf: &mut BytesMut| {
+                convert::outbound(&d.message, d.delivery_count, now, first_key, buf)
+            };
+            let start = DeliveryStart {
+                channel: self.channel,
                 handle,
                 delivery_id,
-                link.presettled,
-                payload,
-                tail.unwrap_or_default(),
-            );
+                settled: link.presettled,
+            };
+            let frames = match cx.out.delivery(start, write) {
+                Placed::OneFrame => 1,
+                Placed::TooLarge => {
+                    let tail = write(cx.staging.room(d.message.weight() + 32));
+                    let payload = cx.staging.take();
+                    send_transfer(cx, start, payload, tail.unwrap_or_default())
+                }
+            };
             self.next_outgoing_id = self.next_outgoing_id.wrapping_add(frames);
             self.remote_incoming_window = self.remote_incoming_window.saturating_sub(frames);
             if link.browse {
@@ -535,7 +541,7 @@ impl Session {
         // Consecutive acceptances become one ranged disposition: a producer's window
         // of transfers is answered with one frame, not one per message.
         if matches!(state, DeliveryState::Accepted)
-            && extend_acceptance(&mut cx.out, self.channel, delivery_id)
+            && extend_acceptance(cx.out.last_mut(), self.channel, delivery_id)
         {
             return;
         }
@@ -764,8 +770,8 @@ impl Session {
 
 /// Widens the last frame queued, when it accepts the delivery just before
 /// `delivery_id` on this channel, to cover `delivery_id` too.
-fn extend_acceptance(out: &mut [Frame], channel: u16, delivery_id: u32) -> bool {
-    let Some(Frame::Amqp(last)) = out.last_mut() else {
+fn extend_acceptance(last: Option<&mut Frame>, channel: u16, delivery_id: u32) -> bool {
+    let Some(Frame::Amqp(last)) = last else {
         return false;
     };
     if last.channel != channel {
@@ -843,15 +849,13 @@ fn core_rejection(e: &CoreError) -> DeliveryState {
 
 /// Queues the transfer frames of one delivery, split to the peer's frame size; returns how
 /// many frames (transfer ids) it took.
-fn send_transfer(
-    cx: &mut Ctx,
-    channel: u16,
-    handle: u32,
-    delivery_id: u32,
-    settled: bool,
-    payload: Bytes,
-    tail: Bytes,
-) -> u32 {
+fn send_transfer(cx: &mut Ctx, start: DeliveryStart, payload: Bytes, tail: Bytes) -> u32 {
+    let DeliveryStart {
+        channel,
+        handle,
+        delivery_id,
+        settled,
+    } = start;
     let limit = (cx.remote_max_frame as usize)
         .saturating_sub(8 + TRANSFER_OVERHEAD)
         .max(64);
@@ -935,25 +939,28 @@ mod tests {
 
     #[test]
     fn consecutive_acceptances_widen_one_disposition() {
-        let mut out = vec![accepted(1, u32::MAX)];
-        assert!(extend_acceptance(&mut out, 1, 0), "serial numbers wrap");
-        assert!(extend_acceptance(&mut out, 1, 1));
-        assert_eq!(range(&out[0]), (u32::MAX, Some(1)));
+        let mut last = accepted(1, u32::MAX);
+        assert!(
+            extend_acceptance(Some(&mut last), 1, 0),
+            "serial numbers wrap"
+        );
+        assert!(extend_acceptance(Some(&mut last), 1, 1));
+        assert_eq!(range(&last), (u32::MAX, Some(1)));
     }
 
     #[test]
     fn a_gap_another_channel_or_another_outcome_starts_a_new_frame() {
-        let mut out = vec![accepted(1, 5)];
-        assert!(!extend_acceptance(&mut out, 1, 7), "gap");
-        assert!(!extend_acceptance(&mut out, 2, 6), "other channel");
-        let Frame::Amqp(f) = &mut out[0] else {
+        let mut last = accepted(1, 5);
+        assert!(!extend_acceptance(Some(&mut last), 1, 7), "gap");
+        assert!(!extend_acceptance(Some(&mut last), 2, 6), "other channel");
+        let Frame::Amqp(f) = &mut last else {
             unreachable!()
         };
         let Performative::Disposition(d) = &mut f.performative else {
             unreachable!()
         };
         d.state = Some(DeliveryState::Released);
-        assert!(!extend_acceptance(&mut out, 1, 6), "other outcome");
-        assert!(!extend_acceptance(&mut [], 1, 6), "nothing queued");
+        assert!(!extend_acceptance(Some(&mut last), 1, 6), "other outcome");
+        assert!(!extend_acceptance(None, 1, 6), "nothing queued");
     }
 }
