@@ -37,11 +37,11 @@ struct Plan {
 }
 
 impl Plan {
-    /// Whether the message with sequence `seq` is the last one.
-    fn is_last(&self, seq: u64, clock: &Clock) -> bool {
+    /// Whether the message with sequence `seq`, sent at `now_us`, is the last one.
+    fn is_last(&self, seq: u64, now_us: u64) -> bool {
         match (self.count, self.deadline_us) {
             (Some(count), _) => seq + 1 >= count,
-            (None, Some(deadline)) => clock.now_us() >= deadline,
+            (None, Some(deadline)) => now_us >= deadline,
             (None, None) => false,
         }
     }
@@ -75,11 +75,13 @@ async fn produce<P: Publisher>(
         let mut confirm = false;
         let mut last = false;
         while batch < due && publisher.buffered() < WRITE_BATCH_BYTES && publisher.room() > 0 {
+            // One clock read per message: it stamps the message and ends a timed run.
+            let now_us = clock.now_us();
             let sent_us = match plan.interval_us {
                 Some(interval) => plan.start_us + (seq as f64 * interval) as u64,
-                None => clock.now_us(),
+                None => now_us,
             };
-            last = plan.is_last(seq, &clock);
+            last = plan.is_last(seq, now_us);
             confirm =
                 last || (plan.receipt_every > 0 && (seq + 1).is_multiple_of(plan.receipt_every));
             let stamp = Stamp {
