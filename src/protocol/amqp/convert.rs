@@ -299,6 +299,9 @@ fn due_at(
 /// The body as neutral bytes: data sections joined, a string or binary amqp-value as its
 /// bytes, anything else as its encoded section(s).
 fn body_bytes(view: &MessageView) -> Bytes {
+    if let Some(data) = view.single_data() {
+        return data;
+    }
     match view.body() {
         Body::Empty => Bytes::new(),
         Body::Data(chunks) if chunks.len() == 1 => chunks[0].clone(),

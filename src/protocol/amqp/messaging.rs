@@ -307,6 +307,40 @@ pub struct MessageView {
     ranges: SectionRanges,
     /// Where the application-properties map (or null) lies, after its descriptor.
     application_properties: Option<Range<usize>>,
+    /// A body of data sections is kept as where they lie, not as `Body::Data`
+    /// (a vector allocated and freed per message, and a reference count per
+    /// section); [`MessageView::body`] builds that only when asked.
+    data: DataSections,
+    data_body: std::sync::OnceLock<Body>,
+}
+
+/// Where a body's data sections lie (their binary contents, constructor excluded).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct DataSections {
+    first: Option<Range<usize>>,
+    /// Any after the first (rare).
+    more: Vec<Range<usize>>,
+}
+
+impl DataSections {
+    fn push(&mut self, range: Range<usize>) {
+        match self.first {
+            None => self.first = Some(range),
+            Some(_) => self.more.push(range),
+        }
+    }
+}
+
+/// Steps over a data section's value, which must be a binary; returns where its
+/// contents lie within `i`.
+fn data_section(i: &[u8]) -> Result<(&[u8], Range<usize>)> {
+    let (head, wide) = match i.first() {
+        Some(&code::VBIN8) => (2, false),
+        Some(&code::VBIN32) => (5, true),
+        _ => return Err(invalid_body("data")),
+    };
+    let (rest, contents) = finish(variable_slice(&i[1..], wide))?;
+    Ok((rest, head..head + contents.len()))
 }
 
 /// Checks the bounds of an application-properties value (a map or null) and steps over it;
@@ -474,6 +508,7 @@ impl MessageView {
         let mut bare_start = None;
         let mut bare_end = None;
         let mut application_properties = None;
+        let mut data = DataSections::default();
         while !i.is_empty() {
             let start = raw.len() - i.len();
             if i[0] != code::DESCRIBED {
@@ -499,6 +534,12 @@ impl MessageView {
                     application_properties = Some(value_at..raw.len() - after.len());
                     after
                 }
+                DATA => {
+                    let value_at = raw.len() - rest.len();
+                    let (after, contents) = data_section(rest)?;
+                    data.push(value_at + contents.start..value_at + contents.end);
+                    after
+                }
                 HEADER | PROPERTIES => {
                     let (rest, mut r) = list_fields(cx, rest, 1, section_name(c))?;
                     if c == HEADER {
@@ -519,11 +560,6 @@ impl MessageView {
                             msg.message_annotations = Some(map_section(v, name)?)
                         }
                         FOOTER => msg.footer = Some(map_section(v, name)?),
-                        DATA => match (&mut msg.body, v) {
-                            (Body::Data(chunks), Value::Binary(b)) => chunks.push(b),
-                            (body @ Body::Empty, Value::Binary(b)) => *body = Body::Data(vec![b]),
-                            _ => return Err(invalid_body(name)),
-                        },
                         AMQP_SEQUENCE => match (&mut msg.body, v) {
                             (Body::Sequence(seqs), Value::List(l)) => seqs.push(l),
                             (body @ Body::Empty, Value::List(l)) => *body = Body::Sequence(vec![l]),
@@ -561,6 +597,8 @@ impl MessageView {
             message: msg,
             ranges,
             application_properties,
+            data,
+            data_body: std::sync::OnceLock::new(),
         })
     }
 
@@ -571,6 +609,7 @@ impl MessageView {
     pub fn to_message(&self) -> Result<Message> {
         Ok(Message {
             application_properties: self.application_properties()?,
+            body: self.body().clone(),
             ..self.message.clone()
         })
     }
@@ -614,7 +653,28 @@ impl MessageView {
     }
 
     pub fn body(&self) -> &Body {
-        &self.message.body
+        let Some(first) = &self.data.first else {
+            return &self.message.body;
+        };
+        self.data_body.get_or_init(|| {
+            let chunks = std::iter::once(first)
+                .chain(&self.data.more)
+                .map(|r| self.raw.slice(r.clone()))
+                .collect();
+            Body::Data(chunks)
+        })
+    }
+
+    /// The body when it is a single data section: its contents, without
+    /// building a [`Body`].
+    pub fn single_data(&self) -> Option<Bytes> {
+        match &self.data {
+            DataSections {
+                first: Some(r),
+                more,
+            } if more.is_empty() => Some(self.raw.slice(r.clone())),
+            _ => None,
+        }
     }
     pub fn footer(&self) -> Option<&Map> {
         self.message.footer.as_ref()
@@ -763,6 +823,41 @@ mod tests {
         assert!(h.durable);
         assert_eq!((h.priority, h.delivery_count, h.ttl), (4, 0, None));
         assert_eq!(v.body(), &Body::Data(vec![Bytes::new()]));
+    }
+
+    #[test]
+    fn a_single_data_section_is_a_slice_of_the_payload() {
+        let one = Message::with_data(Bytes::from_static(b"hello")).to_bytes();
+        let v = MessageView::parse(one.clone()).unwrap();
+        let data = v.single_data().unwrap();
+        assert_eq!(&data[..], b"hello");
+        let at = data.as_ptr() as usize - one.as_ptr() as usize;
+        assert_eq!(&one[at..at + 5], b"hello", "not a copy");
+
+        let two = Message {
+            body: Body::Data(vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")]),
+            ..Message::default()
+        };
+        let v = MessageView::parse(two.to_bytes()).unwrap();
+        assert_eq!(v.single_data(), None);
+        assert_eq!(v.body(), &two.body);
+        let v = MessageView::parse(Message::default().to_bytes()).unwrap();
+        assert_eq!((v.single_data(), v.body()), (None, &Body::Empty));
+    }
+
+    #[test]
+    fn a_data_section_must_hold_a_binary() {
+        // data: null; data: a string; data: a binary whose length runs past the end.
+        for raw in [
+            &[0x00, 0x53, 0x75, 0x40][..],
+            &[0x00, 0x53, 0x75, 0xa1, 0x01, b'x'][..],
+            &[0x00, 0x53, 0x75, 0xa0, 0x05, b'x'][..],
+        ] {
+            assert!(
+                MessageView::parse(Bytes::copy_from_slice(raw)).is_err(),
+                "{raw:x?}"
+            );
+        }
     }
 
     #[test]
