@@ -144,7 +144,12 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| {
                 let view = MessageView::parse(black_box(body.clone())).unwrap();
-                black_box(inbound(&view, address.clone(), 1_700_000_000_000).unwrap())
+                black_box(
+                    inbound(&view, address.clone(), 1_700_000_000_000, || {
+                        1_700_000_000_000
+                    })
+                    .unwrap(),
+                )
             })
         });
     }

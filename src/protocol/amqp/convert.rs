@@ -258,7 +258,7 @@ impl ScheduleProperties {
 fn due_at(
     view: &MessageView,
     props: &ScheduleProperties,
-    now: u64,
+    now: impl Fn() -> u64,
 ) -> Result<Option<u64>, ConvertError> {
     let ann = view.message_annotations();
     let absolute = [
@@ -270,7 +270,7 @@ fn due_at(
         if let Some(v) = value {
             let at = as_i64(v).ok_or(invalid(name, "not an integer time"))?;
             let at = u64::try_from(at).map_err(|_| invalid(name, "negative time"))?;
-            if at > now.saturating_add(ABSURD_MS) {
+            if at > now().saturating_add(ABSURD_MS) {
                 return Err(invalid(name, "absurdly far in the future"));
             }
             return Ok(Some(at));
@@ -290,7 +290,7 @@ fn due_at(
                 .checked_mul(unit)
                 .filter(|ms| *ms <= ABSURD_MS)
                 .ok_or(invalid(name, "absurdly far in the future"))?;
-            return Ok(Some(now + ms));
+            return Ok(Some(now() + ms));
         }
     }
     Ok(None)
@@ -321,19 +321,27 @@ fn body_bytes(view: &MessageView) -> Bytes {
 }
 
 /// Builds the core message for a transfer's payload. `address` is where the link (or the
-/// message's `to`, for the anonymous relay) sends it.
-pub fn inbound(view: &MessageView, address: Arc<str>, now: u64) -> Result<Message, ConvertError> {
+/// message's `to`, for the anonymous relay) sends it. `arrived` stamps it (the connection
+/// reads the clock once per wake-up, before the frames it then reads); a delay or a
+/// time-to-live counts from `now()`, read only for a message that has one, so that a
+/// message read after the stamp is never due, or expired, before it came in.
+pub fn inbound(
+    view: &MessageView,
+    address: Arc<str>,
+    arrived: u64,
+    now: impl Fn() -> u64,
+) -> Result<Message, ConvertError> {
     let mut m = Message {
         body: body_bytes(view),
         address,
-        timestamp: now,
+        timestamp: arrived,
         priority: Message::DEFAULT_PRIORITY,
         ..Message::default()
     };
     if let Some(h) = view.header() {
         m.durable = h.durable;
         m.priority = h.priority.min(9);
-        m.expires_at = h.ttl.filter(|t| *t > 0).map(|t| now + u64::from(t));
+        m.expires_at = h.ttl.filter(|t| *t > 0).map(|t| now() + u64::from(t));
     }
     if let Some(p) = view.properties() {
         m.message_id = p.message_id.as_ref().map(id_text);
@@ -615,7 +623,7 @@ mod tests {
             };
             let view = MessageView::parse(amqp.to_bytes()).unwrap();
             // A delay or group it cannot use is refused as a whole; nothing to compare.
-            let Ok(m) = inbound(&view, Arc::from("q"), 1000) else { return Ok(()) };
+            let Ok(m) = inbound(&view, Arc::from("q"), 1000, || 1000) else { return Ok(()) };
             let expected = decoded_in_full(&view);
             let got = m.properties.list();
             prop_assert_eq!(got.len(), expected.len());
@@ -629,7 +637,7 @@ mod tests {
     #[test]
     fn properties_stay_encoded_until_read() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
         assert!(m.properties.is_encoded());
         assert_eq!(m.properties.count(), 2);
         let detached = m.detached();
@@ -647,7 +655,7 @@ mod tests {
         payload.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x00]);
         let view = MessageView::parse(Bytes::from(payload)).unwrap();
         assert!(matches!(
-            inbound(&view, Arc::from("q"), 0),
+            inbound(&view, Arc::from("q"), 0, || 0),
             Err(ConvertError::Malformed(_))
         ));
     }
@@ -729,7 +737,7 @@ mod tests {
     #[test]
     fn inbound_maps_fields() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(61_000));
@@ -752,9 +760,20 @@ mod tests {
     }
 
     #[test]
+    fn a_delay_and_a_time_to_live_count_from_the_clock_not_the_stamp() {
+        // The stamp is read before the frames of a wake-up are; a message read
+        // later must not be due (or expire) before it came in.
+        let view = MessageView::parse(jms_like().to_bytes()).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1700).unwrap();
+        assert_eq!(m.timestamp, 1000);
+        assert_eq!(m.due_at, Some(6700), "delay 5000 from 1700");
+        assert_eq!(m.expires_at, Some(61_700), "ttl 60000 from 1700");
+    }
+
+    #[test]
     fn outbound_keeps_the_bare_message_and_rewrites_the_header() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
         let mut buf = BytesMut::new();
         assert!(
             outbound(&m, 3, 2000, None, &mut buf).is_none(),
@@ -776,14 +795,14 @@ mod tests {
             AmqpValue::Long(-5),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0, || 0).is_err());
         msg.message_annotations = None;
         msg.application_properties = Some(vec![(
             AmqpValue::string("x-delay"),
             AmqpValue::string("soon"),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0, || 0).is_err());
     }
 
     #[test]
@@ -794,7 +813,7 @@ mod tests {
             0x00,
         ]);
         let view = MessageView::parse(raw).unwrap();
-        let e = inbound(&view, Arc::from("q"), 0).unwrap_err();
+        let e = inbound(&view, Arc::from("q"), 0, || 0).unwrap_err();
         assert_eq!(e.condition(), "amqp:decode-error");
     }
 
@@ -807,7 +826,7 @@ mod tests {
         ]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert_eq!(
-            inbound(&view, Arc::from("q"), 0).unwrap().due_at,
+            inbound(&view, Arc::from("q"), 0, || 0).unwrap().due_at,
             Some(9999)
         );
     }
@@ -817,7 +836,7 @@ mod tests {
         let mut amqp = jms_like();
         amqp.body = Body::Data(vec![Bytes::from(vec![7u8; SHARE_FROM])]);
         let view = MessageView::parse(amqp.to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
         let wire = m.wire.clone().unwrap().bytes;
         let mut buf = BytesMut::new();
         let tail = outbound(&m, 3, 2000, None, &mut buf).expect("shared, not copied");

@@ -595,7 +595,7 @@ impl Session {
                 (node.name, Dest::Routed(node.routing))
             }
         };
-        let mut message = match convert::inbound(&view, address, cx.read_at_ms) {
+        let mut message = match convert::inbound(&view, address, cx.read_at_ms, now_ms) {
             Ok(m) => m,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };
