@@ -12,7 +12,7 @@ use super::stomp::{Login, SendSettings, SubscribeSettings};
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
 use crate::perf::args::{AckMode, Destination};
 use crate::perf::error::PerfError;
-use crate::protocol::amqp::codec::{encode_frame, FRAME_TYPE_AMQP};
+use crate::protocol::amqp::codec::{begin_frame, encode_frame, finish_frame, FRAME_TYPE_AMQP};
 use crate::protocol::amqp::described::Composite;
 use crate::protocol::amqp::messaging;
 use crate::protocol::amqp::performatives::encode_delivery_start;
@@ -575,11 +575,7 @@ impl AmqpPublisher {
             // One frame, written straight into the write buffer; a large body
             // follows it uncopied.
             let buf = self.conn.framed.write_buffer_mut();
-            let at = buf.len();
-            buf.put_u32(0);
-            buf.put_u8(2);
-            buf.put_u8(FRAME_TYPE_AMQP);
-            buf.put_u16(0);
+            let at = begin_frame(buf, FRAME_TYPE_AMQP, 0);
             encode_delivery_start(buf, HANDLE, id, self.settled);
             buf.put_slice(&self.scratch);
             let shared = body.len() >= SHARE_FROM;
@@ -589,8 +585,7 @@ impl AmqpPublisher {
             } else {
                 encode::variable(code::VBIN8, code::VBIN32, body, buf);
             }
-            let size = buf.len() - at + if shared { body.len() } else { 0 };
-            buf[at..at + 4].copy_from_slice(&(size as u32).to_be_bytes());
+            finish_frame(buf, at, if shared { body.len() } else { 0 });
             if shared {
                 self.conn.parts.share(buf, body.clone());
             }

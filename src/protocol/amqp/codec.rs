@@ -196,18 +196,33 @@ fn encode_checked(
     Ok(size)
 }
 
-/// Appends all of a frame but its payload tail, with a size that counts the
-/// tail; returns that size.
-fn encode_head(frame: &Frame, buf: &mut BytesMut) -> usize {
+/// Appends a frame header whose size is still to come; returns where it starts,
+/// for [`finish_frame`].
+pub fn begin_frame(buf: &mut BytesMut, frame_type: u8, channel: u16) -> usize {
     let start = buf.len();
-    let (frame_type, channel, tail) = match frame {
-        Frame::Amqp(f) => (FRAME_TYPE_AMQP, f.channel, f.payload_tail.len()),
-        Frame::Sasl(_) => (FRAME_TYPE_SASL, 0, 0),
-    };
     buf.put_u32(0);
     buf.put_u8(2);
     buf.put_u8(frame_type);
     buf.put_u16(channel);
+    start
+}
+
+/// Sets the size of the frame begun at `start`: what `buf` holds since, plus
+/// `tail` bytes that will follow it without passing through `buf`; returns it.
+pub fn finish_frame(buf: &mut BytesMut, start: usize, tail: usize) -> usize {
+    let size = buf.len() - start + tail;
+    buf[start..start + 4].copy_from_slice(&(size as u32).to_be_bytes());
+    size
+}
+
+/// Appends all of a frame but its payload tail, with a size that counts the
+/// tail; returns that size.
+fn encode_head(frame: &Frame, buf: &mut BytesMut) -> usize {
+    let (frame_type, channel, tail) = match frame {
+        Frame::Amqp(f) => (FRAME_TYPE_AMQP, f.channel, f.payload_tail.len()),
+        Frame::Sasl(_) => (FRAME_TYPE_SASL, 0, 0),
+    };
+    let start = begin_frame(buf, frame_type, channel);
     match frame {
         Frame::Amqp(f) => {
             f.performative.encode(buf);
@@ -215,9 +230,7 @@ fn encode_head(frame: &Frame, buf: &mut BytesMut) -> usize {
         }
         Frame::Sasl(s) => s.encode(buf),
     }
-    let size = buf.len() - start + tail;
-    buf[start..start + 4].copy_from_slice(&(size as u32).to_be_bytes());
-    size
+    finish_frame(buf, start, tail)
 }
 
 const HEARTBEAT: [u8; 8] = [0, 0, 0, 8, 2, FRAME_TYPE_AMQP, 0, 0];

@@ -296,15 +296,15 @@ fn due_at(
     Ok(None)
 }
 
-/// The body as neutral bytes: data sections joined, a string or binary amqp-value as its
-/// bytes, anything else as its encoded section(s).
+/// The body as neutral bytes: a single data section as the slice it is, several
+/// joined, a string or binary amqp-value as its bytes, anything else as its encoded
+/// section(s).
 fn body_bytes(view: &MessageView) -> Bytes {
     if let Some(data) = view.single_data() {
         return data;
     }
     match view.body() {
         Body::Empty => Bytes::new(),
-        Body::Data(chunks) if chunks.len() == 1 => chunks[0].clone(),
         Body::Data(chunks) => {
             let mut b = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
             chunks.iter().for_each(|c| b.extend_from_slice(c));

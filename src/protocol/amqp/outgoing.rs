@@ -10,11 +10,13 @@
 //! The last frame queued stays a `Frame` until another one follows or the
 //! flush comes, so an acceptance can still widen the disposition before it.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 use tokio_util::codec::Framed;
 
-use super::codec::{encode_frame_sharing, AmqpFrameCodec, Frame, FRAME_TYPE_AMQP};
+use super::codec::{
+    begin_frame, encode_frame_sharing, finish_frame, AmqpFrameCodec, Frame, FRAME_TYPE_AMQP,
+};
 use super::error::AmqpCodecError;
 use super::performatives::encode_delivery_start;
 use crate::protocol::write_parts::WriteParts;
@@ -111,11 +113,7 @@ impl Outgoing {
             // Nothing more goes out; the flush reports why.
             return Placed::OneFrame;
         }
-        let at = self.buf.len();
-        self.buf.put_u32(0);
-        self.buf.put_u8(2);
-        self.buf.put_u8(FRAME_TYPE_AMQP);
-        self.buf.put_u16(start.channel);
+        let at = begin_frame(&mut self.buf, FRAME_TYPE_AMQP, start.channel);
         encode_delivery_start(
             &mut self.buf,
             start.handle,
@@ -123,12 +121,10 @@ impl Outgoing {
             start.settled,
         );
         let tail = write_message(&mut self.buf).unwrap_or_default();
-        let size = self.buf.len() - at + tail.len();
-        if size > self.max_frame as usize {
+        if finish_frame(&mut self.buf, at, tail.len()) > self.max_frame as usize {
             self.buf.truncate(at);
             return Placed::TooLarge;
         }
-        self.buf[at..at + 4].copy_from_slice(&(size as u32).to_be_bytes());
         self.parts.put_body(&mut self.buf, &tail);
         Placed::OneFrame
     }
