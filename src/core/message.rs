@@ -93,8 +93,18 @@ impl Message {
 
     /// Approximate memory held by the message, for queue memory accounting.
     pub fn weight(&self) -> usize {
-        let wire = self.wire.as_ref().map_or(0, |w| w.bytes.len());
-        std::mem::size_of::<Self>() + self.body.len() + wire + self.properties.count() * 48
+        let wire = self.wire.as_ref().map(|w| &w.bytes);
+        // A body or encoded properties cut from the wire form hold no memory of their own.
+        let body = match wire {
+            Some(wire) if subslice_offset(wire, &self.body).is_some() => 0,
+            _ => self.body.len(),
+        };
+        let properties = if self.properties.is_encoded() {
+            0
+        } else {
+            self.properties.count() * 48
+        };
+        std::mem::size_of::<Self>() + wire.map_or(0, Bytes::len) + body + properties
     }
 
     /// The same message owning exact-size copies of its bytes. Codecs hand
@@ -145,6 +155,26 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_inside_the_wire_form_weighs_nothing_more() {
+        let wire = Bytes::from(vec![1u8; 1000]);
+        let sliced = Message {
+            body: wire.slice(100..900),
+            wire: Some(WireForm {
+                format: 0,
+                bytes: wire.clone(),
+            }),
+            ..Message::default()
+        };
+        let copied = Message {
+            body: Bytes::from(vec![1u8; 800]),
+            ..sliced.clone()
+        };
+        let base = std::mem::size_of::<Message>();
+        assert_eq!(sliced.weight(), base + 1000);
+        assert_eq!(copied.weight(), base + 1800);
+    }
 
     #[test]
     fn detached_message_owns_exact_copies() {

@@ -313,6 +313,23 @@ impl Queue {
         completion
     }
 
+    /// How many due messages the delay schedule may move in now without
+    /// sending the queue into paging: it holds them in memory already, and a
+    /// queue past its memory limit would write them to disk only to read them
+    /// back. Unlimited without consumers (nothing would make room), none while
+    /// paging; otherwise up to half the memory limit, where producer flow
+    /// control starts.
+    pub fn room_for_due(&self) -> usize {
+        let st = self.state.lock();
+        if !Self::has_consumers(&st) {
+            return usize::MAX;
+        }
+        if st.backlog.count > 0 {
+            return 0;
+        }
+        (self.settings.max_memory_messages / 2).saturating_sub(st.ready.len())
+    }
+
     fn write(&self, first: Option<Op>, second: Option<Op>) -> Completion {
         match (first, second) {
             (Some(a), Some(b)) => self.store.submit_all(vec![a, b]),

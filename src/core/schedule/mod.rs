@@ -18,6 +18,7 @@
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
 
+mod parked;
 mod stored;
 #[cfg(test)]
 mod tests;
@@ -28,10 +29,12 @@ pub use stored::{
 };
 
 use super::broker::{Broker, DelayedDelivery};
+use super::fast_map::FastMap;
 use super::message::{now_ms, Message};
 use super::persist::{self, DecodeError};
 use super::queue::Queue;
 use crate::store::{Completion, Op, ScheduleKey, Store, StoreError};
+use parked::Parked;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,12 +66,13 @@ pub struct ScheduleOptions {
 
 impl Default for ScheduleOptions {
     fn default() -> Self {
-        // A burst of a hundred thousand messages due within seconds is served
-        // from memory without paging; ten million due over minutes cost a
-        // bounded ~64 MiB of it (the rest waits on disk).
+        // A burst of a hundred thousand small messages due within seconds is
+        // served from memory without paging (an AMQP message of 256 bytes
+        // weighs ~700); ten million due over minutes cost a bounded ~128 MiB
+        // of it (the rest waits on disk).
         Self {
             window: 131_072,
-            window_bytes: 64 << 20,
+            window_bytes: 128 << 20,
         }
     }
 }
@@ -81,6 +85,9 @@ const MAX_KEY: ScheduleKey = ScheduleKey {
 
 /// Due entries moved per pass before the timer yields to other tasks.
 const DELIVER_BATCH: usize = 1024;
+
+/// How often the timer looks for room in queues it holds due entries for.
+const PARKED_POLL: Duration = Duration::from_millis(1);
 
 #[derive(Clone)]
 struct Waiting {
@@ -102,6 +109,8 @@ struct Window {
     paging: bool,
     /// Entries past `bound` that arrived during a page-in (also on disk).
     arrived: Vec<(ScheduleKey, Waiting)>,
+    /// Due entries waiting for room in their queue (counted in the window's size).
+    parked: Parked,
 }
 
 impl Window {
@@ -183,6 +192,7 @@ impl Schedule {
                 bound: stored::BARRIER_KEY,
                 paging: false,
                 arrived: Vec::new(),
+                parked: Parked::default(),
             }),
             capacity,
             max_bytes: options.window_bytes.max(1),
@@ -222,7 +232,8 @@ impl Schedule {
 
     /// Entries held in memory now.
     pub fn in_memory(&self) -> usize {
-        self.inner.window.lock().entries.len()
+        let window = self.inner.window.lock();
+        window.entries.len() + window.parked.len()
     }
 
     /// Up to `limit` of `queue`'s waiting messages with key >= `from`, by due time.
@@ -237,6 +248,9 @@ impl Schedule {
         let mut merged: BTreeMap<ScheduleKey, ScheduledMessage> = BTreeMap::new();
         {
             let window = self.inner.window.lock();
+            for (key, w) in window.parked.of_queue(queue, from).take(limit) {
+                merged.insert(*key, w.to_scheduled(*key));
+            }
             for (key, w) in window.entries.range(from..) {
                 if w.queue == queue {
                     merged.insert(*key, w.to_scheduled(*key));
@@ -435,16 +449,16 @@ impl Inner {
 
     /// More in memory than the window may hold.
     fn over(&self, window: &Window) -> bool {
-        window.entries.len() > self.capacity
-            || (window.bytes > self.max_bytes && window.entries.len() > 1)
+        window.entries.len() + window.parked.len() > self.capacity
+            || (window.bytes + window.parked.bytes() > self.max_bytes && window.entries.len() > 1)
     }
 
     /// Little enough in memory that a page from disk should follow (if the
     /// disk holds more).
     fn low(&self, window: &Window) -> bool {
         window.bound != MAX_KEY
-            && window.entries.len() <= self.capacity / 2
-            && window.bytes <= self.max_bytes / 2
+            && window.entries.len() + window.parked.len() <= self.capacity / 2
+            && window.bytes + window.parked.bytes() <= self.max_bytes / 2
     }
 
     fn spill(&self, key: ScheduleKey, w: &Waiting) {
@@ -458,6 +472,9 @@ impl Inner {
     /// disk only. Call with `paging` held.
     fn take(&self, key: ScheduleKey) -> Result<Option<Waiting>, ScheduleError> {
         let mut window = self.window.lock();
+        if let Some(w) = window.parked.remove(&key) {
+            return Ok(Some(w));
+        }
         match window.remove(&key) {
             Some(w) => Ok(Some(w)),
             // At or below the bound and not in memory: delivered or never there.
@@ -540,17 +557,69 @@ impl Inner {
         }
     }
 
-    /// Takes up to `limit` entries due at or before `now`.
-    fn pop_due(&self, now: u64, limit: usize) -> Vec<(ScheduleKey, Waiting)> {
-        let mut window = self.window.lock();
-        let mut due = Vec::new();
-        while due.len() < limit {
-            match window.pop_first_due(now) {
-                Some(entry) => due.push(entry),
-                None => break,
+    /// Moves due entries into their queues, as far as the queues have room
+    /// (see [`Queue::room_for_due`]); the rest wait parked, in due order, for
+    /// a later pass. Parked entries may fill half the window; past that they
+    /// go in regardless (and the queue pages them), so one queue whose
+    /// consumers stall cannot keep every other queue's entries on disk.
+    fn deliver_due(&self, broker: &Broker, now: u64) -> Pass {
+        let mut rooms = Rooms::new(broker);
+        // Asked outside the window lock: a queue's lock is never taken under it.
+        for queue in self.window.lock().parked.queue_ids() {
+            rooms.of(queue);
+        }
+        let (parked, due, mut blocked, force) = {
+            let mut window = self.window.lock();
+            let force = window.parked.len() >= self.capacity / 2
+                || window.parked.bytes() >= self.max_bytes / 2;
+            let mut parked = Vec::new();
+            for queue in window.parked.queue_ids() {
+                let room = if force {
+                    DELIVER_BATCH
+                } else {
+                    rooms.known(queue)
+                };
+                let taken = window.parked.take_front(queue, room, &mut parked);
+                rooms.used(queue, taken);
+            }
+            // A queue with entries still parked takes nothing new before them.
+            let blocked: FastMap<u32, ()> = window
+                .parked
+                .queue_ids()
+                .into_iter()
+                .map(|queue| (queue, ()))
+                .collect();
+            let mut due = Vec::new();
+            while due.len() < DELIVER_BATCH {
+                match window.pop_first_due(now) {
+                    Some(entry) => due.push(entry),
+                    None => break,
+                }
+            }
+            (parked, due, blocked, force)
+        };
+        let more = due.len() >= DELIVER_BATCH;
+        for (key, w) in parked {
+            self.deliver(broker, key, w);
+        }
+        let mut park = Vec::new();
+        for (key, w) in due {
+            if blocked.contains_key(&w.queue) || (!force && rooms.of(w.queue) == 0) {
+                blocked.insert(w.queue, ());
+                park.push((key, w));
+            } else {
+                rooms.used(w.queue, 1);
+                self.deliver(broker, key, w);
             }
         }
-        due
+        let mut window = self.window.lock();
+        for (key, w) in park {
+            window.parked.push(key, w);
+        }
+        Pass {
+            more: more || (force && !window.parked.is_empty()),
+            parked: !window.parked.is_empty(),
+        }
     }
 
     /// What the timer does next: page in now, or sleep until a due time (or until woken).
@@ -590,28 +659,31 @@ impl Inner {
 async fn run(inner: Arc<Inner>, broker: Broker) {
     while !inner.closed.load(Ordering::Acquire) {
         start_refill(&inner, &broker);
-        let due = inner.pop_due(now_ms(), DELIVER_BATCH);
-        let more = due.len() >= DELIVER_BATCH;
-        for (key, w) in due {
-            inner.deliver(&broker, key, w);
-        }
-        if more {
+        let pass = inner.deliver_due(&broker, now_ms());
+        if pass.more {
             tokio::task::yield_now().await;
             continue;
         }
-        match inner.next_step() {
+        let wait = match inner.next_step() {
             Next::PageIn => continue,
-            Next::At(due_ms) => {
-                let wait = until(due_ms);
-                if wait.is_zero() {
-                    continue;
-                }
+            Next::At(due_ms) => Some(until(due_ms)),
+            Next::Idle => None,
+        };
+        // Parked entries are due: look for room again soon.
+        let wait = match (wait, pass.parked) {
+            (Some(wait), true) => Some(wait.min(PARKED_POLL)),
+            (None, true) => Some(PARKED_POLL),
+            (wait, false) => wait,
+        };
+        match wait {
+            Some(wait) if wait.is_zero() => continue,
+            Some(wait) => {
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
                     _ = inner.wake.notified() => {}
                 }
             }
-            Next::Idle => inner.wake.notified().await,
+            None => inner.wake.notified().await,
         }
     }
 }
@@ -684,6 +756,50 @@ enum Next {
     PageIn,
     At(u64),
     Idle,
+}
+
+/// What a delivery pass left behind.
+struct Pass {
+    /// A full batch went out: more may be due at once.
+    more: bool,
+    /// Due entries wait parked for room in their queue.
+    parked: bool,
+}
+
+/// The room each queue has for due entries during one pass, asked once.
+struct Rooms<'a> {
+    broker: &'a Broker,
+    room: FastMap<u32, usize>,
+}
+
+impl<'a> Rooms<'a> {
+    fn new(broker: &'a Broker) -> Self {
+        Self {
+            broker,
+            room: FastMap::default(),
+        }
+    }
+
+    /// A deleted queue has unlimited room: its entries are dropped on delivery.
+    fn of(&mut self, queue: u32) -> usize {
+        let broker = self.broker;
+        *self.room.entry(queue).or_insert_with(|| {
+            broker
+                .queue_by_id(queue)
+                .map_or(usize::MAX, |q| q.room_for_due())
+        })
+    }
+
+    /// The room of a queue asked before (none if it was not).
+    fn known(&self, queue: u32) -> usize {
+        self.room.get(&queue).copied().unwrap_or(0)
+    }
+
+    fn used(&mut self, queue: u32, n: usize) {
+        if let Some(room) = self.room.get_mut(&queue) {
+            *room = room.saturating_sub(n);
+        }
+    }
 }
 
 /// Time from now until `due_ms`, to the microsecond so the timer is not a

@@ -298,3 +298,127 @@ fn keys_print_and_parse() {
     assert!(next_key(max_seq) > max_seq);
     assert!(next_key(key) > key);
 }
+
+/// A broker whose queues page past `max_memory_messages`, with a schedule of `window`.
+fn open_small_queues(
+    dir: &std::path::Path,
+    max_memory_messages: usize,
+    window: usize,
+) -> (Broker, Arc<Schedule>) {
+    let store = Store::open(
+        dir,
+        StoreOptions {
+            fsync: crate::store::FsyncPolicy::Never,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let settings = QueueSettings {
+        max_memory_messages,
+        ..QueueSettings::default()
+    };
+    let broker = Broker::open(store, BrokerOptions::with_queue_settings(settings)).unwrap();
+    let options = ScheduleOptions {
+        window,
+        ..ScheduleOptions::default()
+    };
+    let schedule = Schedule::open(&broker, options).unwrap();
+    broker.set_scheduler(schedule.clone());
+    (broker, schedule)
+}
+
+fn consume_window(
+    broker: &Broker,
+    address: &str,
+    window: u32,
+) -> (crate::core::Subscription, Deliveries) {
+    let (tx, rx) = deliveries::channel();
+    let sub = broker
+        .subscribe(
+            address,
+            RoutingType::Anycast,
+            ConsumerOptions {
+                credit: crate::core::CreditMode::Window(window),
+                ..Default::default()
+            },
+            tx,
+        )
+        .unwrap();
+    (sub, rx)
+}
+
+async fn publish_due(broker: &Broker, address: &str, n: usize, due: u64) {
+    for i in 0..n {
+        let message = Message {
+            address: Arc::from(address),
+            ..delayed(&i.to_string(), due, false)
+        };
+        broker
+            .publish(message, RoutingType::Anycast)
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_burst_waits_in_the_schedule_not_in_a_paging_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let (broker, schedule) = open_small_queues(dir.path(), 20, 1024);
+    let (_sub, mut rx) = consume_window(&broker, "q", 5);
+    let n = 200;
+    publish_due(&broker, "q", n, now_ms() + 100).await;
+    let mut got = receive(&mut rx, 5).await;
+    assert_eq!(got.len(), 5, "the consumer's window is full");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queue = broker.queue("q").unwrap();
+    let stats = queue.stats();
+    // Up to half the memory limit moved in; the rest waits, due, in the schedule.
+    assert_eq!(stats.paged, 0, "nothing due was sent to disk");
+    assert_eq!(stats.ready, 10);
+    assert_eq!(schedule.in_memory(), n - 15);
+    // An auditor still sees (and may cancel) what waits for room.
+    let waiting = schedule.list(queue.id(), FIRST_KEY, 1000).await.unwrap();
+    assert_eq!(waiting.len(), n - 15);
+    let last = waiting[waiting.len() - 1].key;
+    schedule.cancel(last).await.unwrap();
+    let n = n - 1;
+    while got.len() < n {
+        let (d, _) = &got[got.len() - 1];
+        d.queue.ack(d.consumer, &[d.seq]).unwrap();
+        let more = receive(&mut rx, 1).await;
+        assert_eq!(more.len(), 1, "delivery {} came", got.len());
+        got.extend(more);
+        assert_eq!(queue.stats().paged, 0);
+    }
+    let order: Vec<String> = got.iter().map(|(d, _)| body(d)).collect();
+    let sent: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+    assert_eq!(order, sent, "in the order sent");
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stalled_queue_cannot_hold_back_another() {
+    let dir = tempfile::tempdir().unwrap();
+    // Half of a 64-entry window may wait parked; past that, due entries go
+    // into the stalled queue (which pages them) so others still move.
+    let (broker, schedule) = open_small_queues(dir.path(), 20, 64);
+    let (_stalled, _never_acked) = consume_window(&broker, "stalled", 1);
+    let (_sub, mut rx) = consume_window(&broker, "q", 1000);
+    let due = now_ms() + 100;
+    publish_due(&broker, "stalled", 300, due).await;
+    publish_due(&broker, "q", 50, due + 50).await;
+    let got = receive(&mut rx, 50).await;
+    assert_eq!(got.len(), 50, "the other queue's entries all came");
+    assert_on_time_in_order(&got);
+    let stalled = broker.queue("stalled").unwrap().stats();
+    // Past the limit the stalled queue took its entries (and paged them).
+    assert_eq!(
+        stalled.in_flight + stalled.ready + stalled.paged,
+        300,
+        "{stalled:?}"
+    );
+    assert_eq!(schedule.in_memory(), 0);
+    schedule.shutdown().await;
+}
