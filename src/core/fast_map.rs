@@ -6,5 +6,7 @@
 
 pub type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// The broker's address tables, looked up on every send.
 pub type FastDashMap<K, V> = dashmap::DashMap<K, V, foldhash::fast::RandomState>;

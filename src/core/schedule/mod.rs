@@ -29,7 +29,7 @@ pub use stored::{
 };
 
 use super::broker::{Broker, DelayedDelivery};
-use super::fast_map::FastMap;
+use super::fast_map::{FastMap, FastSet};
 use super::message::{now_ms, Message};
 use super::persist::{self, DecodeError};
 use super::queue::Queue;
@@ -583,12 +583,7 @@ impl Inner {
                 rooms.used(queue, taken);
             }
             // A queue with entries still parked takes nothing new before them.
-            let blocked: FastMap<u32, ()> = window
-                .parked
-                .queue_ids()
-                .into_iter()
-                .map(|queue| (queue, ()))
-                .collect();
+            let blocked: FastSet<u32> = window.parked.queue_ids().into_iter().collect();
             let mut due = Vec::new();
             while due.len() < DELIVER_BATCH {
                 match window.pop_first_due(now) {
@@ -604,8 +599,8 @@ impl Inner {
         }
         let mut park = Vec::new();
         for (key, w) in due {
-            if blocked.contains_key(&w.queue) || (!force && rooms.of(w.queue) == 0) {
-                blocked.insert(w.queue, ());
+            if blocked.contains(&w.queue) || (!force && rooms.of(w.queue) == 0) {
+                blocked.insert(w.queue);
                 park.push((key, w));
             } else {
                 rooms.used(w.queue, 1);
