@@ -32,7 +32,8 @@ enum Command {
     Serve(ServeArgs),
     /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
-    /// Load-test a STOMP broker (or serve the relay ceiling with --sink-stomp).
+    /// Load-test a STOMP or AMQP 1.0 broker (or serve the relay ceilings with
+    /// --sink-stomp and --sink-amqp).
     Perf(weir::perf::PerfArgs),
 }
 

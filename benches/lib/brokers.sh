@@ -58,12 +58,15 @@ start_weir() {
   AMQP_URL[weir]="amqp://127.0.0.1:$amqp"
 }
 
+# Both relay ceilings in one process: STOMP, and AMQP 1.0 for the -amqp rows.
 start_sink() {
-  local dir=$1 port
+  local dir=$1 port amqp
   mkdir -p "$dir"
-  port=$(free_port)
-  "$WEIR" perf --sink-stomp "127.0.0.1:$port" >"$dir/broker.log" 2>&1 &
-  register sink "$port" $! 30
+  port=$(free_port); amqp=$(free_port)
+  "$WEIR" perf --sink-stomp "127.0.0.1:$port" --sink-amqp "127.0.0.1:$amqp" >"$dir/broker.log" 2>&1 &
+  register sink "$port" $! 30 || return 1
+  wait_port "$amqp" 30 || return 1
+  AMQP_URL[sink]="amqp://127.0.0.1:$amqp"
 }
 
 # ActiveMQ Classic's AMQP transport is not in Debian's package: its jar and

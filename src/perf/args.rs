@@ -88,9 +88,17 @@ pub struct PerfArgs {
     /// Instead of a load run, serve a STOMP relay on ADDR: it only cuts frames,
     /// answers CONNECTED and RECEIPTs and forwards each SEND as a MESSAGE to a
     /// subscriber of the destination (no queue, no storage). Driven by
-    /// `weir perf` it shows what the machine can do.
+    /// `weir perf` it shows what the machine can do. May be given with
+    /// --sink-amqp: both relays then run in this process.
     #[arg(long, value_name = "ADDR")]
     pub sink_stomp: Option<String>,
+    /// Instead of a load run, serve an AMQP 1.0 relay on ADDR: it answers SASL
+    /// (ANONYMOUS, or PLAIN with any credentials), mirrors attaches, and
+    /// forwards each transfer, undecoded, to one receiver link of the same
+    /// address within its credit (no queue, no storage; unsettled sends are
+    /// accepted once relayed). The ceiling for the AMQP runs.
+    #[arg(long, value_name = "ADDR")]
+    pub sink_amqp: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,4 +1,4 @@
-//! The relay ceiling: a STOMP endpoint that only cuts frames, answers
+//! The STOMP relay ceiling: an endpoint that only cuts frames, answers
 //! CONNECTED and RECEIPTs, and forwards each SEND as a MESSAGE to one
 //! subscriber of its destination (every subscriber for `/topic/...`). No
 //! queue, no storage, no acknowledgement tracking: what a broker could reach
@@ -9,7 +9,7 @@
 //! batch over a bounded channel, so a slow subscriber slows its producers
 //! instead of growing memory.
 
-use super::error::PerfError;
+use crate::perf::error::PerfError;
 use crate::protocol::stomp::{Command, Frame, HeaderText, Inbound, StompCodec, Version};
 use bytes::{Bytes, BytesMut};
 use futures_util::{FutureExt, StreamExt};
