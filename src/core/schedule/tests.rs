@@ -19,16 +19,20 @@ fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
 }
 
 fn open_with(dir: &std::path::Path, window: ScheduleOptions) -> (Broker, Arc<Schedule>) {
+    open_full(dir, QueueSettings::default(), window)
+}
+
+fn open_full(
+    dir: &std::path::Path,
+    queues: QueueSettings,
+    window: ScheduleOptions,
+) -> (Broker, Arc<Schedule>) {
     let options = StoreOptions {
         fsync: crate::store::FsyncPolicy::Never,
         ..StoreOptions::default()
     };
     let store = Store::open(dir, options).unwrap();
-    let broker = Broker::open(
-        store,
-        BrokerOptions::with_queue_settings(QueueSettings::default()),
-    )
-    .unwrap();
+    let broker = Broker::open(store, BrokerOptions::with_queue_settings(queues)).unwrap();
     let schedule = Schedule::open(&broker, window).unwrap();
     broker.set_scheduler(schedule.clone());
     (broker, schedule)
@@ -46,19 +50,7 @@ fn delayed(body: &str, due_ms: u64, durable: bool) -> Message {
 }
 
 fn consume(broker: &Broker) -> (crate::core::Subscription, Deliveries) {
-    let (tx, rx) = deliveries::channel();
-    let sub = broker
-        .subscribe(
-            "q",
-            RoutingType::Anycast,
-            ConsumerOptions {
-                credit: crate::core::CreditMode::Window(100_000),
-                ..Default::default()
-            },
-            tx,
-        )
-        .unwrap();
-    (sub, rx)
+    consume_window(broker, "q", 100_000)
 }
 
 /// Receives `n` deliveries (or fewer on timeout), noting when each arrived.
@@ -305,26 +297,15 @@ fn open_small_queues(
     max_memory_messages: usize,
     window: usize,
 ) -> (Broker, Arc<Schedule>) {
-    let store = Store::open(
-        dir,
-        StoreOptions {
-            fsync: crate::store::FsyncPolicy::Never,
-            ..StoreOptions::default()
-        },
-    )
-    .unwrap();
-    let settings = QueueSettings {
+    let queues = QueueSettings {
         max_memory_messages,
         ..QueueSettings::default()
     };
-    let broker = Broker::open(store, BrokerOptions::with_queue_settings(settings)).unwrap();
     let options = ScheduleOptions {
         window,
         ..ScheduleOptions::default()
     };
-    let schedule = Schedule::open(&broker, options).unwrap();
-    broker.set_scheduler(schedule.clone());
-    (broker, schedule)
+    open_full(dir, queues, options)
 }
 
 fn consume_window(
