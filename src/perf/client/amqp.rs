@@ -15,7 +15,7 @@ use crate::perf::error::PerfError;
 use crate::protocol::amqp::codec::{begin_frame, encode_frame, finish_frame, FRAME_TYPE_AMQP};
 use crate::protocol::amqp::described::Composite;
 use crate::protocol::amqp::messaging;
-use crate::protocol::amqp::performatives::encode_delivery_start;
+use crate::protocol::amqp::performatives::{encode_delivery_start, sender_credit};
 use crate::protocol::amqp::types::{code, encode, Descriptor};
 use crate::protocol::amqp::{
     map_get, AmqpFrame, AmqpFrameCodec, Attach, Begin, Close, DeliveryState, Disposition, Flow,
@@ -514,13 +514,9 @@ impl AmqpPublisher {
                     .wrapping_add(flow.incoming_window)
                     .wrapping_sub(self.conn.next_outgoing_id);
                 if flow.handle == Some(HANDLE) {
-                    // credit = their delivery-count + link-credit - ours (2.6.7).
                     let theirs = flow.delivery_count.unwrap_or(self.delivery_count);
                     let credit = flow.link_credit.unwrap_or(0);
-                    self.credit = theirs
-                        .wrapping_add(credit)
-                        .wrapping_sub(self.delivery_count)
-                        .min(credit);
+                    self.credit = sender_credit(theirs, credit, self.delivery_count);
                 }
                 Ok(())
             }
@@ -794,17 +790,7 @@ impl AmqpSubscriber {
 
     fn write_disposition(&mut self) {
         if let Some((first, last)) = self.range.take() {
-            self.conn.queue(
-                Disposition {
-                    role: Role::Receiver,
-                    first,
-                    last: (last != first).then_some(last),
-                    settled: true,
-                    state: Some(DeliveryState::Accepted),
-                    batchable: false,
-                }
-                .into(),
-            );
+            self.conn.queue(Disposition::accepted(first, last).into());
         }
     }
 

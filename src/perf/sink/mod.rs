@@ -8,7 +8,9 @@ pub mod amqp;
 pub mod stomp;
 
 use super::error::PerfError;
+use std::future::Future;
 use std::net::SocketAddr;
+use tokio::net::{TcpListener, TcpStream};
 
 /// Serves the relays given an address, side by side in this process, until it
 /// is stopped (or one cannot listen).
@@ -26,4 +28,28 @@ pub async fn serve(stomp: Option<SocketAddr>, amqp: Option<SocketAddr>) -> Resul
         }
     };
     tokio::try_join!(stomp, amqp).map(|_| ())
+}
+
+/// Listens on `addr`, saying so on stderr.
+async fn listen(addr: SocketAddr, relay: &str) -> Result<TcpListener, PerfError> {
+    let listener = TcpListener::bind(addr).await?;
+    eprintln!(
+        "weir perf sink: {relay} relay on {}",
+        listener.local_addr()?
+    );
+    Ok(listener)
+}
+
+/// Runs `connection` on a task of its own for every connection accepted,
+/// numbered from 0, until accepting fails.
+async fn accept_each<F, Fut>(listener: TcpListener, connection: F) -> Result<(), PerfError>
+where
+    F: Fn(TcpStream, u64) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    for id in 0u64.. {
+        let (stream, _) = listener.accept().await?;
+        tokio::spawn(connection(stream, id));
+    }
+    Ok(())
 }

@@ -16,7 +16,6 @@ use futures_util::{FutureExt, StreamExt};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -44,27 +43,23 @@ struct Destination {
 #[derive(Default)]
 struct Registry {
     destinations: Mutex<HashMap<String, Destination>>,
-    connections: AtomicU64,
 }
 
 /// Serves the relay on `addr` until the process is stopped.
 pub async fn serve(addr: SocketAddr) -> Result<(), PerfError> {
-    let listener = TcpListener::bind(addr).await?;
-    eprintln!("weir perf sink: STOMP relay on {}", listener.local_addr()?);
-    serve_on(listener).await
+    serve_on(super::listen(addr, "STOMP").await?).await
 }
 
 pub async fn serve_on(listener: TcpListener) -> Result<(), PerfError> {
     let registry = Arc::new(Registry::default());
-    loop {
-        let (stream, _) = listener.accept().await?;
+    super::accept_each(listener, move |stream, conn| {
         let registry = registry.clone();
-        tokio::spawn(async move {
-            let conn = registry.connections.fetch_add(1, Ordering::Relaxed);
+        async move {
             let _ = connection(stream, conn, &registry).await;
             registry.unregister(conn);
-        });
-    }
+        }
+    })
+    .await
 }
 
 impl Registry {

@@ -6,6 +6,7 @@
 //! double-count. `granted - received` is what the core may still send (or has in the
 //! channel); `pending` holds what arrived beyond the peer's current link credit.
 
+use super::performatives::sender_credit;
 use super::txn::Dest;
 use crate::core::broker::{Subscription, TemporaryQueue};
 use crate::core::consumer::Delivery;
@@ -60,16 +61,9 @@ impl SenderLink {
 
     /// A flow from the peer: its view of the delivery count and its credit.
     pub fn flow(&mut self, delivery_count: Option<u32>, link_credit: u32, drain: bool) {
-        // credit = receiver's delivery-count + link-credit - our delivery-count (spec 2.6.7);
-        // a missing delivery-count means the peer has not seen our attach's initial count (0).
+        // A missing delivery-count means the peer has not seen our attach's initial count (0).
         let theirs = delivery_count.unwrap_or(0);
-        self.credit = theirs
-            .wrapping_add(link_credit)
-            .wrapping_sub(self.delivery_count);
-        if self.credit > link_credit {
-            // Their count is ahead of ours: nonsense; trust the credit alone.
-            self.credit = link_credit;
-        }
+        self.credit = sender_credit(theirs, link_credit, self.delivery_count);
         self.drain = drain;
         self.grant();
     }

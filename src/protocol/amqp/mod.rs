@@ -32,7 +32,8 @@ pub use described::Composite;
 pub use error::{condition, AmqpCodecError};
 pub use messaging::{Body, Header, Message, MessageId, MessageView, Properties, SectionRanges};
 pub use performatives::{
-    Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative, Transfer,
+    sender_credit, Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative,
+    Transfer,
 };
 pub use sasl::{
     SaslChallenge, SaslCode, SaslFrame, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse,

@@ -317,6 +317,16 @@ pub fn encode_delivery_start(buf: &mut BytesMut, handle: u32, delivery_id: u32, 
     w.finish();
 }
 
+/// A sending link's credit after a flow (transport 2.6.7): the receiver's
+/// delivery-count plus its link-credit minus the sender's own delivery-count.
+/// A receiver count ahead of the sender's is nonsense: the link-credit alone counts then.
+pub fn sender_credit(their_delivery_count: u32, link_credit: u32, our_delivery_count: u32) -> u32 {
+    their_delivery_count
+        .wrapping_add(link_credit)
+        .wrapping_sub(our_delivery_count)
+        .min(link_credit)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Disposition {
     pub role: Role,
@@ -325,6 +335,20 @@ pub struct Disposition {
     pub settled: bool,
     pub state: Option<DeliveryState>,
     pub batchable: bool,
+}
+
+impl Disposition {
+    /// A receiver settling deliveries `first..=last` as accepted, in one frame.
+    pub fn accepted(first: u32, last: u32) -> Disposition {
+        Disposition {
+            role: Role::Receiver,
+            first,
+            last: (last != first).then_some(last),
+            settled: true,
+            state: Some(DeliveryState::Accepted),
+            batchable: false,
+        }
+    }
 }
 
 impl Composite for Disposition {

@@ -26,7 +26,6 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -46,24 +45,18 @@ const RETRY: Duration = Duration::from_millis(50);
 
 /// Serves the relay on `addr` until the process is stopped.
 pub async fn serve(addr: SocketAddr) -> Result<(), PerfError> {
-    let listener = TcpListener::bind(addr).await?;
-    eprintln!(
-        "weir perf sink: AMQP 1.0 relay on {}",
-        listener.local_addr()?
-    );
-    serve_on(listener).await
+    serve_on(super::listen(addr, "AMQP 1.0").await?).await
 }
 
 pub async fn serve_on(listener: TcpListener) -> Result<(), PerfError> {
     let registry = Arc::new(Registry::default());
-    loop {
-        let (stream, _) = listener.accept().await?;
+    super::accept_each(listener, move |stream, id| {
         let registry = registry.clone();
-        tokio::spawn(async move {
-            let id = registry.connections.fetch_add(1, Ordering::Relaxed);
+        async move {
             let _ = connection(stream, id, &registry).await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 type Wake<'a> = Option<Pin<Box<dyn Future<Output = ()> + Send + 'a>>>;

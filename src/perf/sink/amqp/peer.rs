@@ -12,9 +12,9 @@ use super::registry::{Consumer, LinkId, Peers, Routed, State};
 use super::writer::Chunk;
 use crate::protocol::amqp::codec::encode_frame;
 use crate::protocol::amqp::{
-    AmqpError, AmqpFrame, Attach, Begin, Close, DeliveryState, Detach, Disposition, End, Flow,
-    Frame, Inbound, Open, Performative, ProtocolHeader, ReceiverSettleMode, Role, SaslCode,
-    SaslFrame, SaslMechanisms, SaslOutcome, SenderSettleMode, Symbol, TargetKind, Transfer,
+    AmqpError, AmqpFrame, Attach, Begin, Close, Detach, Disposition, End, Flow, Frame, Inbound,
+    Open, Performative, ProtocolHeader, ReceiverSettleMode, Role, SaslCode, SaslFrame,
+    SaslMechanisms, SaslOutcome, SenderSettleMode, Symbol, TargetKind, Transfer,
 };
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
@@ -97,14 +97,7 @@ impl Out {
     /// Writes the pending acceptance range.
     pub fn flush_accepted(&mut self) {
         if let Some((channel, first, last)) = self.accepted.take() {
-            let d = Disposition {
-                role: Role::Receiver,
-                first,
-                last: (last != first).then_some(last),
-                settled: true,
-                state: Some(DeliveryState::Accepted),
-                batchable: false,
-            };
+            let d = Disposition::accepted(first, last);
             encode_frame(&Frame::Amqp(AmqpFrame::bare(channel, d)), &mut self.own);
         }
     }

@@ -8,15 +8,12 @@
 //! held by its producer's connection until one can ([`Routed::Held`]).
 
 use super::writer::{frames, Chunk, Forward};
-use crate::protocol::amqp::Flow;
+use crate::core::fast_map::FastMap;
+use crate::protocol::amqp::{sender_credit, Flow};
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Notify};
-
-type Fast = foldhash::fast::RandomState;
 
 #[derive(Default)]
 pub struct Registry {
@@ -24,14 +21,13 @@ pub struct Registry {
     /// Woken when a consumer may take more (credit, window, attach) or went
     /// away: connections holding deliveries try again.
     pub wake: Notify,
-    pub connections: AtomicU64,
 }
 
 #[derive(Default)]
 pub struct State {
-    addresses: HashMap<Arc<str>, Address, Fast>,
+    addresses: FastMap<Arc<str>, Address>,
     /// Sessions by (connection, channel): what they may still be sent.
-    sessions: HashMap<(u64, u16), OutSession, Fast>,
+    sessions: FastMap<(u64, u16), OutSession>,
 }
 
 #[derive(Default)]
@@ -196,10 +192,7 @@ impl State {
         let c = self.consumer(address, id)?;
         let theirs = flow.delivery_count.unwrap_or(c.delivery_count);
         let link_credit = flow.link_credit.unwrap_or(0);
-        c.credit = theirs
-            .wrapping_add(link_credit)
-            .wrapping_sub(c.delivery_count)
-            .min(link_credit);
+        c.credit = sender_credit(theirs, link_credit, c.delivery_count);
         if flow.drain {
             c.delivery_count = c.delivery_count.wrapping_add(c.credit);
             c.credit = 0;
@@ -272,7 +265,7 @@ impl State {
     }
 }
 
-fn ready(c: &Consumer, sessions: &HashMap<(u64, u16), OutSession, Fast>, len: usize) -> bool {
+fn ready(c: &Consumer, sessions: &FastMap<(u64, u16), OutSession>, len: usize) -> bool {
     c.active
         && c.credit > 0
         && sessions
@@ -280,7 +273,7 @@ fn ready(c: &Consumer, sessions: &HashMap<(u64, u16), OutSession, Fast>, len: us
             .is_some_and(|s| s.window >= frames(len, s.max_frame))
 }
 
-fn take(c: &mut Consumer, sessions: &mut HashMap<(u64, u16), OutSession, Fast>, len: usize) {
+fn take(c: &mut Consumer, sessions: &mut FastMap<(u64, u16), OutSession>, len: usize) {
     c.credit -= 1;
     c.delivery_count = c.delivery_count.wrapping_add(1);
     if let Some(s) = sessions.get_mut(&(c.id.conn, c.id.channel)) {
