@@ -3,6 +3,7 @@
 //! queue; nothing inside it awaits, so it is never held across a suspension.
 
 mod pending_acks;
+mod priority_fifo;
 pub mod ready;
 
 pub use pending_acks::PendingAcks;

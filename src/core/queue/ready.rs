@@ -5,10 +5,11 @@
 //! group heads, and the heads of groups it owns — so it costs O(log n) however
 //! many messages wait behind busy groups.
 
+use super::priority_fifo::PriorityFifo;
 use crate::core::consumer::{ConsumerId, MessageFilter};
 use crate::core::fast_map::FastMap;
 use crate::core::message::Message;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// A message waiting in a queue.
@@ -28,7 +29,7 @@ pub struct Entry {
 }
 
 /// Higher priority first, then arrival.
-type Key = (u8, u64);
+pub type Key = (u8, u64);
 
 fn key_of(entry: &Entry) -> Key {
     (9u8.saturating_sub(entry.message.priority.min(9)), entry.seq)
@@ -45,7 +46,7 @@ pub enum Pick {
 
 #[derive(Debug, Default)]
 pub struct ReadySet {
-    ungrouped: BTreeMap<Key, Entry>,
+    ungrouped: PriorityFifo,
     /// Each group's messages by sequence. Nearly always appended at the back;
     /// only a message sent back (release, consumer gone) is inserted earlier.
     /// A deque, not a tree: a lane usually holds one or two messages, and a
@@ -106,11 +107,7 @@ impl ReadySet {
 
     /// The best message for a consumer without a filter.
     pub fn pick_for(&self, consumer: ConsumerId) -> Option<Pick> {
-        let ungrouped = self
-            .ungrouped
-            .keys()
-            .next()
-            .map(|k| (*k, Pick::Ungrouped(*k)));
+        let ungrouped = self.ungrouped.first_key().map(|k| (k, Pick::Ungrouped(k)));
         let unbound = self
             .unbound_heads
             .iter()
@@ -134,7 +131,7 @@ impl ReadySet {
             .ungrouped
             .iter()
             .find(|(_, e)| filter.matches(&e.message))
-            .map(|(k, _)| (*k, Pick::Ungrouped(*k)));
+            .map(|(k, _)| (k, Pick::Ungrouped(k)));
         let lane_heads = self
             .unbound_heads
             .iter()
@@ -203,7 +200,7 @@ impl ReadySet {
 
     /// Removes every waiting message (queue deletion, purge).
     pub fn drain_all(&mut self) -> Vec<Entry> {
-        let mut out: Vec<Entry> = std::mem::take(&mut self.ungrouped).into_values().collect();
+        let mut out: Vec<Entry> = self.ungrouped.drain().collect();
         for (_, lane) in self.lanes.drain() {
             out.extend(lane);
         }
@@ -216,7 +213,7 @@ impl ReadySet {
 
     /// Every waiting message in priority-then-arrival order, for browsing.
     pub fn snapshot(&self) -> Vec<Entry> {
-        let mut all: Vec<Entry> = self.ungrouped.values().cloned().collect();
+        let mut all: Vec<Entry> = self.ungrouped.iter().map(|(_, e)| e.clone()).collect();
         for lane in self.lanes.values() {
             all.extend(lane.iter().cloned());
         }
