@@ -21,6 +21,7 @@ use crate::core::fast_map::FastMap;
 use crate::store::{Completion, Hold, MessageKey, Op, Record, Store};
 use bytes::Bytes;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 /// Why a message leaves its queue without being acknowledged.
@@ -93,7 +94,6 @@ struct State {
     /// path of dispatch and ack does no per-group bookkeeping.
     paused_in_flight: FastMap<Arc<str>, u32>,
     backlog: Backlog,
-    deleted: bool,
     /// `delay_before_dispatch`: when dispatch starts without enough consumers.
     hold_until: Option<std::time::Instant>,
     /// Scratch for dispatch: consumers with nothing to take this round.
@@ -120,6 +120,9 @@ pub struct Queue {
     settings: QueueSettings,
     store: Store,
     diverter: Weak<dyn Diverter>,
+    /// Set (under the state lock) when the broker deletes the queue; read
+    /// without it by senders that hold on to the queue between messages.
+    deleted: AtomicBool,
     state: StateLock,
 }
 
@@ -176,6 +179,7 @@ impl Queue {
             settings,
             store,
             diverter,
+            deleted: AtomicBool::new(false),
             state: StateLock(std::sync::Mutex::new(State {
                 next_seq: 1,
                 ready: ReadySet::default(),
@@ -185,7 +189,6 @@ impl Queue {
                 in_flight: FastMap::default(),
                 paused_in_flight: FastMap::default(),
                 backlog: Backlog::default(),
-                deleted: false,
                 hold_until: None,
                 starved: Vec::new(),
                 held_back: Vec::new(),
@@ -194,6 +197,13 @@ impl Queue {
                 stalled_at: None,
             })),
         }
+    }
+
+    /// Whether the broker deleted this queue (a durable subscription
+    /// unsubscribed, a temporary queue released): a sender holding it must look
+    /// its address up again.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
     }
 
     pub fn name(&self) -> &Arc<str> {
@@ -637,7 +647,7 @@ impl Queue {
     /// Removes the queue's messages (temporary queue deleted). Consumers stay attached.
     pub fn purge(self: &Arc<Self>) -> usize {
         let mut st = self.state.lock();
-        st.deleted = true;
+        self.deleted.store(true, Ordering::Release);
         let n = st.ready.drain_all().len() + st.backlog.count;
         st.backlog = Backlog::default();
         self.store
@@ -749,7 +759,7 @@ impl Queue {
         self.dispatch_ready(st, after);
         if !st.held_back.is_empty()
             && (st.ready.len() + st.backlog.count <= self.settings.max_memory_messages / 4
-                || st.deleted
+                || self.is_deleted()
                 || !Self::has_consumers(st))
         {
             after.released.append(&mut st.held_back);
@@ -762,7 +772,7 @@ impl Queue {
         if st.backlog.count > 0 && st.ready.len() <= ready_target {
             self.page_in(st, after);
         }
-        if st.ready.is_empty() || st.consumers.is_empty() || st.deleted {
+        if st.ready.is_empty() || st.consumers.is_empty() || self.is_deleted() {
             return;
         }
         if !self.may_dispatch(st, after) {
@@ -895,7 +905,7 @@ impl Queue {
     ) -> Option<usize> {
         if self.settings.exclusive
             || self.settings.consumers_before_dispatch > 0
-            || st.deleted
+            || self.is_deleted()
             || st.ready.has_lane(lane)
             || (message.expires_at.is_some() && message.is_expired_at(now_ms()))
         {

@@ -276,10 +276,7 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
             let name: Arc<str> =
                 Arc::from(format!("temp-topic.{:x}", cx.broker.next_consumer_id()));
             reply.address = Some(Str::from(&*name));
-            Route::Node {
-                name,
-                routing: RoutingType::Multicast,
-            }
+            Route::Topic { name }
         } else {
             let temp = cx.broker.create_temporary_queue();
             reply.address = Some(Str::from(&**temp.name()));
@@ -291,13 +288,15 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
         return Ok((Route::Anonymous, Some(TargetKind::Target(target))));
     };
     let Node { name, routing } = terminus::resolve(address.as_str(), &target.capabilities);
-    if routing == RoutingType::Anycast {
-        cx.broker
-            .queue_or_create(&name, false)
-            .map_err(|e| core_error(&e))?;
-    }
-    Ok((
-        Route::Node { name, routing },
-        Some(TargetKind::Target(target)),
-    ))
+    let route = match routing {
+        RoutingType::Anycast => {
+            let queue = cx
+                .broker
+                .queue_or_create(&name, false)
+                .map_err(|e| core_error(&e))?;
+            Route::Queue { name, queue }
+        }
+        RoutingType::Multicast => Route::Topic { name },
+    };
+    Ok((route, Some(TargetKind::Target(target))))
 }

@@ -12,7 +12,7 @@ use crate::core::broker::{Subscription, TemporaryQueue};
 use crate::core::consumer::Delivery;
 use crate::core::factory::ProducerGroup;
 use crate::core::queue::Queue;
-use crate::core::RoutingType;
+use crate::core::{Broker, CoreError, RoutingType};
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -122,9 +122,16 @@ impl SenderLink {
 
 /// Where a receiving link's messages go.
 pub enum Route {
-    Node {
+    /// An anycast address: its queue, looked up at attach and kept, so a
+    /// message costs no lookup by name (a shared map, and across worker
+    /// threads a contended one).
+    Queue {
         name: Arc<str>,
-        routing: RoutingType,
+        queue: Arc<Queue>,
+    },
+    /// A multicast address: its subscribers are looked up per message.
+    Topic {
+        name: Arc<str>,
     },
     Temporary(TemporaryQueue),
     /// The anonymous relay: each message's `to`.
@@ -134,12 +141,21 @@ pub enum Route {
 }
 
 impl Route {
-    pub fn dest(&self) -> Option<(Arc<str>, Dest)> {
-        match self {
-            Route::Node { name, routing } => Some((name.clone(), Dest::Routed(*routing))),
+    /// The address and destination of the next message; `None` when each
+    /// message names its own. A kept queue deleted since (a durable
+    /// subscription unsubscribed) is looked up again, as a first send would.
+    pub fn dest(&mut self, broker: &Broker) -> Result<Option<(Arc<str>, Dest)>, CoreError> {
+        Ok(match self {
+            Route::Queue { name, queue } => {
+                if queue.is_deleted() {
+                    *queue = broker.queue_or_create(name, false)?;
+                }
+                Some((name.clone(), Dest::Queue(queue.clone())))
+            }
+            Route::Topic { name } => Some((name.clone(), Dest::Routed(RoutingType::Multicast))),
             Route::Temporary(t) => Some((t.name().clone(), Dest::Queue(t.queue().clone()))),
             Route::Anonymous | Route::Coordinator => None,
-        }
+        })
     }
 }
 
@@ -174,5 +190,54 @@ impl ReceiverLink {
     /// Whether to grant more: below half the window.
     pub fn needs_credit(&self, window: u32) -> bool {
         self.credit < window / 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::consumer::{ConsumerOptions, CreditMode};
+    use crate::core::deliveries;
+    use crate::core::settings::QueueSettings;
+    use crate::core::BrokerOptions;
+    use crate::store::{Store, StoreOptions};
+
+    #[tokio::test]
+    async fn deleted_queue_is_never_sent_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path(), StoreOptions::default()).expect("store");
+        let broker = Broker::open(
+            store,
+            BrokerOptions::with_queue_settings(QueueSettings::default()),
+        )
+        .expect("broker");
+        let (tx, _rx) = deliveries::channel();
+        let options = ConsumerOptions {
+            credit: CreditMode::Window(10),
+            ..Default::default()
+        };
+        let sub = broker
+            .subscribe_named("prices", "c:s", true, options, tx)
+            .expect("subscribe");
+        let name: Arc<str> = Arc::from("prices::durable::c:s");
+        let first = broker.queue_or_create(&name, false).expect("queue");
+        let mut route = Route::Queue {
+            name: name.clone(),
+            queue: first.clone(),
+        };
+        let Ok(Some((_, Dest::Queue(q)))) = route.dest(&broker) else {
+            panic!("anycast route gives its queue");
+        };
+        assert!(Arc::ptr_eq(&q, &first), "kept, not looked up");
+
+        drop(sub);
+        assert!(broker.delete_durable_subscription("prices", "c:s"));
+        assert!(first.is_deleted());
+        // Looked up again by name, which no client may send to: refused, not
+        // accepted into a queue nobody will read.
+        assert!(matches!(
+            route.dest(&broker),
+            Err(CoreError::InvalidAddress(_))
+        ));
     }
 }

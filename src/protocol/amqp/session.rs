@@ -569,7 +569,7 @@ impl Session {
         txn: Option<&Bytes>,
         payload: Bytes,
     ) -> Option<DeliveryState> {
-        let link = self.receivers.get(&handle)?;
+        let link = self.receivers.get_mut(&handle)?;
         let view = match MessageView::parse(payload) {
             Ok(v) => v,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
@@ -577,9 +577,10 @@ impl Session {
         if matches!(link.route, Route::Coordinator) {
             return self.coordinate(cx, delivery_id, settled, &view);
         }
-        let (address, dest) = match link.route.dest() {
-            Some(x) => x,
-            None => {
+        let (address, dest) = match link.route.dest(&cx.broker) {
+            Err(e) => return Some(core_rejection(&e)),
+            Ok(Some(x)) => x,
+            Ok(None) => {
                 let Some(to) = view.properties().and_then(|p| p.to.as_ref()) else {
                     return Some(rejected(
                         condition::INVALID_FIELD,
