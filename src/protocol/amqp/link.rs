@@ -144,16 +144,19 @@ impl Route {
     /// The address and destination of the next message; `None` when each
     /// message names its own. A kept queue deleted since (a durable
     /// subscription unsubscribed) is looked up again, as a first send would.
-    pub fn dest(&mut self, broker: &Broker) -> Result<Option<(Arc<str>, Dest)>, CoreError> {
+    pub fn dest(
+        &mut self,
+        broker: &Broker,
+    ) -> Result<Option<(Arc<str>, Dest<&Arc<Queue>>)>, CoreError> {
         Ok(match self {
             Route::Queue { name, queue } => {
                 if queue.is_deleted() {
                     *queue = broker.queue_or_create(name, false)?;
                 }
-                Some((name.clone(), Dest::Queue(queue.clone())))
+                Some((name.clone(), Dest::Queue(&*queue)))
             }
             Route::Topic { name } => Some((name.clone(), Dest::Routed(RoutingType::Multicast))),
-            Route::Temporary(t) => Some((t.name().clone(), Dest::Queue(t.queue().clone()))),
+            Route::Temporary(t) => Some((t.name().clone(), Dest::Queue(t.queue()))),
             Route::Anonymous | Route::Coordinator => None,
         })
     }

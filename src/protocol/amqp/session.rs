@@ -605,7 +605,7 @@ impl Session {
             convert::stamp_group(&mut message);
         }
         if let Some(txn) = txn {
-            return Some(match cx.txns.send(txn, message, dest) {
+            return Some(match cx.txns.send(txn, message, dest.to_owned()) {
                 Ok(()) => DeliveryState::TransactionalState {
                     txn_id: txn.clone(),
                     outcome: Some(Box::new(DeliveryState::Accepted)),
@@ -613,11 +613,7 @@ impl Session {
                 Err(_) => rejected(condition::TRANSACTION_UNKNOWN_ID, "unknown transaction"),
             });
         }
-        let result = match dest {
-            Dest::Routed(routing) => cx.broker.publish(message, routing),
-            Dest::Queue(q) => cx.broker.publish_to(&q, message),
-        };
-        match result {
+        match dest.publish(&cx.broker, message) {
             Err(e) => Some(core_rejection(&e)),
             Ok(c) if settled || c.is_ready() => Some(DeliveryState::Accepted),
             Ok(c) => {

@@ -13,10 +13,29 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Where a transactional send goes once committed.
-pub enum Dest {
+/// Where a send goes: routed by address, or straight to a queue the link
+/// holds. A link lends its queue (`Dest<&Arc<Queue>>`: no reference count
+/// touched per message, which across worker threads is a contended one); a
+/// transactional send keeps its own until commit.
+pub enum Dest<Q = Arc<Queue>> {
     Routed(RoutingType),
-    Queue(Arc<Queue>),
+    Queue(Q),
+}
+
+impl<Q: std::borrow::Borrow<Arc<Queue>>> Dest<Q> {
+    pub fn publish(&self, broker: &Broker, message: Message) -> Result<Completion, CoreError> {
+        match self {
+            Dest::Routed(routing) => broker.publish(message, *routing),
+            Dest::Queue(q) => broker.publish_to(q.borrow(), message),
+        }
+    }
+
+    pub fn to_owned(&self) -> Dest {
+        match self {
+            Dest::Routed(routing) => Dest::Routed(*routing),
+            Dest::Queue(q) => Dest::Queue(q.borrow().clone()),
+        }
+    }
 }
 
 /// A settlement of a delivery the broker sent, held until commit.
@@ -107,11 +126,7 @@ fn commit(broker: &Broker, txn: Txn) -> Result<Completion, CoreError> {
     let mut waits = Vec::new();
     let mut first_error = None;
     for (message, dest) in txn.sends {
-        let r = match dest {
-            Dest::Routed(routing) => broker.publish(message, routing),
-            Dest::Queue(q) => broker.publish_to(&q, message),
-        };
-        match r {
+        match dest.publish(broker, message) {
             Ok(c) => waits.push(c),
             Err(e) => {
                 first_error.get_or_insert(e);
