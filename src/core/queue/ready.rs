@@ -107,6 +107,11 @@ impl ReadySet {
 
     /// The best message for a consumer without a filter.
     pub fn pick_for(&self, consumer: ConsumerId) -> Option<Pick> {
+        if self.lanes.is_empty() {
+            // No group has anything waiting (so no lane heads): the common
+            // ungrouped case skips the owner lookup.
+            return self.ungrouped.first_key().map(Pick::Ungrouped);
+        }
         let ungrouped = self.ungrouped.first_key().map(|k| (k, Pick::Ungrouped(k)));
         let unbound = self
             .unbound_heads

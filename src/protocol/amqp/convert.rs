@@ -132,7 +132,7 @@ fn read_in_place(encoded: &[u8]) -> Option<InPlace<'_>> {
         (code::FLOAT, _) => Value::Double(f64::from(f32::from_bits(be4()?))),
         (code::DOUBLE, _) => Value::Double(f64::from_bits(be8()?)),
         (code::STR8, [len, text @ ..]) if usize::from(*len) == text.len() => {
-            return std::str::from_utf8(text).ok().map(InPlace::Text)
+            return super::types::text(text).ok().map(InPlace::Text)
         }
         _ => return None,
     }))

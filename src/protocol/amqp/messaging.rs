@@ -406,8 +406,7 @@ impl<'a> ApplicationProperties<'a> {
     fn key(&self, i: &'a [u8]) -> Result<(&'a [u8], Option<&'a str>)> {
         let text = |wide: bool| -> Result<(&'a [u8], Option<&'a str>)> {
             let (rest, text) = finish(variable_slice(&i[1..], wide))?;
-            let text = std::str::from_utf8(text).map_err(|_| AmqpCodecError::InvalidUtf8)?;
-            Ok((rest, Some(text)))
+            Ok((rest, Some(super::types::text(text)?)))
         };
         match i.first() {
             Some(&(code::STR8 | code::SYM8)) => text(false),

@@ -60,13 +60,25 @@ pub mod code {
     pub const ARRAY32: u8 = 0xf0;
 }
 
+/// Checks text from the wire. Nearly all of it is short ASCII (property names,
+/// addresses, ids): an inline scan for those, the general validator for the
+/// rest. Calling the validator for each of a message's property names was 2%
+/// of the broker's CPU under AMQP load.
+pub fn text(bytes: &[u8]) -> Result<&str> {
+    if bytes.len() <= 64 && bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8.
+        return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
+    }
+    std::str::from_utf8(bytes).map_err(|_| AmqpCodecError::InvalidUtf8)
+}
+
 /// A UTF-8 string held as a slice of the received buffer (validated once, at decode).
 #[derive(Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub struct Str(Bytes);
 
 impl Str {
     pub fn from_bytes(b: Bytes) -> Result<Self> {
-        std::str::from_utf8(&b).map_err(|_| AmqpCodecError::InvalidUtf8)?;
+        text(&b)?;
         Ok(Str(b))
     }
     pub fn from_static(s: &'static str) -> Self {

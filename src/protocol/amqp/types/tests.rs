@@ -13,6 +13,29 @@ fn dec(b: &[u8]) -> Result<Value> {
 }
 
 #[test]
+fn text_accepts_utf8_only() {
+    assert_eq!(text(b"perf-run").ok(), Some("perf-run"));
+    assert_eq!(text("gr\u{fc}n".as_bytes()).ok(), Some("gr\u{fc}n"));
+    let long = "x".repeat(200);
+    assert_eq!(text(long.as_bytes()).ok(), Some(long.as_str()));
+    for bad in [&b"\xff"[..], b"ok\xc3", b"\xed\xa0\x80"] {
+        assert!(
+            matches!(text(bad), Err(AmqpCodecError::InvalidUtf8)),
+            "{bad:?}"
+        );
+    }
+    let long_bad = [b"x".repeat(100), vec![0xc3]].concat();
+    assert!(text(&long_bad).is_err());
+}
+
+proptest! {
+    #[test]
+    fn text_agrees_with_the_standard_validator(b in prop::collection::vec(any::<u8>(), 0..100)) {
+        prop_assert_eq!(text(&b).ok(), std::str::from_utf8(&b).ok());
+    }
+}
+
+#[test]
 fn compact_encodings() {
     assert_eq!(enc(&Value::Null), [0x40]);
     assert_eq!(enc(&Value::Bool(true)), [0x41]);
