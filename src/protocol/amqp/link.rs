@@ -140,14 +140,14 @@ pub enum Route {
     Coordinator,
 }
 
+/// A message's address and where it goes, the queue lent by the link.
+pub type RouteDest<'a> = (Arc<str>, Dest<&'a Arc<Queue>>);
+
 impl Route {
     /// The address and destination of the next message; `None` when each
     /// message names its own. A kept queue deleted since (a durable
     /// subscription unsubscribed) is looked up again, as a first send would.
-    pub fn dest(
-        &mut self,
-        broker: &Broker,
-    ) -> Result<Option<(Arc<str>, Dest<&Arc<Queue>>)>, CoreError> {
+    pub fn dest(&mut self, broker: &Broker) -> Result<Option<RouteDest<'_>>, CoreError> {
         Ok(match self {
             Route::Queue { name, queue } => {
                 if queue.is_deleted() {
@@ -231,7 +231,7 @@ mod tests {
         let Ok(Some((_, Dest::Queue(q)))) = route.dest(&broker) else {
             panic!("anycast route gives its queue");
         };
-        assert!(Arc::ptr_eq(&q, &first), "kept, not looked up");
+        assert!(Arc::ptr_eq(q, &first), "kept, not looked up");
 
         drop(sub);
         assert!(broker.delete_durable_subscription("prices", "c:s"));
