@@ -188,6 +188,70 @@ async fn a_window_of_unsettled_sends_is_accepted_one_by_one() {
 }
 
 #[tokio::test]
+async fn sends_read_together_keep_their_order_and_their_own_outcomes() {
+    // Transfers that one read brings in are published together, a queue at a
+    // time: sends to two queues interleaved, delayed ones and refused ones
+    // among them must still each get their own outcome, in their own order.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), None);
+    let mut c = connect(&broker, None).await.expect("connect");
+    let mut to_a = unsettled_sender(&mut c, "sa", "amqp.batch.a").await;
+    let mut to_b = unsettled_sender(&mut c, "sb", "amqp.batch.b").await;
+    let refused = |i: u32| i % 30 == 7;
+    let delayed = |i: u32| i % 30 == 13;
+    let mut outcomes = Vec::new();
+    for i in 0..300u32 {
+        let mut props = ApplicationProperties::builder();
+        if refused(i) {
+            // Over the default maximum delay (900 s): refused.
+            props = props.insert("x-delay", 10_000_000i64);
+        } else if delayed(i) {
+            props = props.insert("x-delay", 300i64);
+        }
+        let message = Message::builder()
+            .application_properties(props.build())
+            .value(format!("m{i}"))
+            .build();
+        let sender = if i % 3 == 0 { &mut to_b } else { &mut to_a };
+        outcomes.push((i, sender.send_batchable(message).await.expect("send")));
+    }
+    for (i, fut) in outcomes {
+        let outcome = tokio::time::timeout(WAIT, fut)
+            .await
+            .expect("settled in time")
+            .expect("outcome");
+        if refused(i) {
+            assert!(matches!(outcome, Outcome::Rejected(_)), "m{i}: {outcome:?}");
+        } else {
+            assert!(matches!(outcome, Outcome::Accepted(_)), "m{i}: {outcome:?}");
+        }
+    }
+    for (address, on_this) in [("amqp.batch.a", 1u32), ("amqp.batch.b", 0)] {
+        let expected: Vec<u32> = (0..300)
+            .filter(|i| (i % 3 == 0) == (on_this == 0) && !refused(*i))
+            .collect();
+        let mut receiver = Receiver::attach(&mut c.session, address, address)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        for _ in 0..expected.len() {
+            let d = recv(&mut receiver).await;
+            let text = body_text(d.body());
+            got.push(text[1..].parse::<u32>().expect("mN"));
+            receiver.accept(&d).await.unwrap();
+        }
+        assert_empty(&mut receiver).await;
+        // Those not delayed arrive in the order sent; the delayed ones later.
+        let undelayed: Vec<u32> = got.iter().copied().filter(|i| !delayed(*i)).collect();
+        let expected_undelayed: Vec<u32> =
+            expected.iter().copied().filter(|i| !delayed(*i)).collect();
+        assert_eq!(undelayed, expected_undelayed, "{address}");
+        got.sort_unstable();
+        assert_eq!(got, expected, "{address}");
+    }
+}
+
+#[tokio::test]
 async fn wrong_password_is_refused_by_sasl() {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), Some(USERS));

@@ -237,6 +237,39 @@ impl Broker {
         Ok(self.enqueue(queue, Arc::new(message), 0))
     }
 
+    /// [`Broker::publish_to`] for messages read together: those due now go
+    /// into the queue under one lock ([`Queue::publish_all`]), delayed ones to
+    /// the schedule. Results in the messages' order.
+    pub fn publish_all_to(
+        &self,
+        queue: &Arc<Queue>,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Vec<Result<Completion, CoreError>> {
+        let messages = messages.into_iter();
+        let mut results = Vec::with_capacity(messages.size_hint().0);
+        let mut now = Vec::with_capacity(messages.size_hint().0);
+        let mut now_at = Vec::with_capacity(messages.size_hint().0);
+        for mut message in messages {
+            if let Err(e) = self.resolve_delay(&mut message, queue.settings()) {
+                results.push(Err(e));
+                continue;
+            }
+            if message.due_at.is_some() {
+                results.push(Ok(self.enqueue(queue, Arc::new(message), 0)));
+                continue;
+            }
+            now_at.push(results.len());
+            results.push(Ok(Completion::ready()));
+            now.push(Arc::new(message));
+        }
+        let mut completions = Vec::with_capacity(now.len());
+        queue.publish_all(now, &mut completions);
+        for (at, completion) in now_at.into_iter().zip(completions) {
+            results[at] = Ok(completion);
+        }
+        results
+    }
+
     fn enqueue(
         &self,
         queue: &Arc<Queue>,

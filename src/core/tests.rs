@@ -33,6 +33,16 @@ fn drain(rx: &mut Deliveries) -> Vec<Delivery> {
     out
 }
 
+/// Acknowledges a delivery and waits until that is done.
+async fn ack_now(d: &Delivery) {
+    d.queue
+        .ack(d.consumer, &[d.seq])
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+}
+
 fn body(d: &Delivery) -> String {
     String::from_utf8_lossy(&d.message.body).into_owned()
 }
@@ -222,12 +232,7 @@ async fn durable_messages_survive_reopen_and_deep_queue_pages() {
         while seen.len() < 50 {
             let d = rx.recv().await.unwrap();
             seen.push(body(&d).parse::<u32>().unwrap());
-            d.queue
-                .ack(d.consumer, &[d.seq])
-                .unwrap()
-                .wait()
-                .await
-                .unwrap();
+            ack_now(&d).await;
         }
         assert_eq!(seen, (0..50).collect::<Vec<_>>());
         drop(s);
@@ -626,12 +631,7 @@ async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room
     let mut acked = 0;
     while acked < 2 {
         let d = drain(&mut rx).pop().unwrap();
-        d.queue
-            .ack(d.consumer, &[d.seq])
-            .unwrap()
-            .wait()
-            .await
-            .unwrap();
+        ack_now(&d).await;
         acked += 1;
     }
     // Three waiting: still above a quarter.
@@ -640,12 +640,7 @@ async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room
         "released before the queue drained"
     );
     let d = drain(&mut rx).pop().unwrap();
-    d.queue
-        .ack(d.consumer, &[d.seq])
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    ack_now(&d).await;
     // Two waiting: every held producer goes on.
     tokio::time::timeout(
         std::time::Duration::from_secs(5),
@@ -741,4 +736,44 @@ async fn a_durable_message_waits_for_its_consumer_only_if_there_is_one() {
         .expect("confirmed once consumed")
         .unwrap();
     drop((consumer, broker));
+}
+
+#[tokio::test]
+async fn sends_published_together_arrive_in_order_with_their_own_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = flow_controlled(dir.path());
+    let (tx, mut rx) = deliveries::channel();
+    let _consumer = broker
+        .subscribe("batch", RoutingType::Anycast, window(1), tx)
+        .unwrap();
+    let queue = broker.queue_or_create("batch", false).unwrap();
+    let mut messages: Vec<Message> = (0..12)
+        .map(|i| msg("batch", &i.to_string(), None))
+        .collect();
+    // Over the queue's maximum delay: refused, alone.
+    messages[5].due_at = Some(crate::core::message::now_ms() + 100 * 24 * 3600 * 1000);
+    let results = broker.publish_all_to(&queue, messages);
+    assert_eq!(results.len(), 12);
+    assert!(matches!(results[5], Err(CoreError::DelayTooLong { .. })));
+    // Eleven waiting for a consumer with a window of one: past the memory
+    // limit (8) the rest is paged, and the senders are held back.
+    assert!(queue.stats().paged > 0);
+    assert!(results[0].as_ref().is_ok_and(|c| !c.is_ready()));
+    let mut got = Vec::new();
+    while got.len() < 11 {
+        let d = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv())
+            .await
+            .expect("delivered")
+            .expect("open");
+        got.push(body(&d));
+        ack_now(&d).await;
+    }
+    let expected: Vec<String> = (0..12).filter(|i| *i != 5).map(|i| i.to_string()).collect();
+    assert_eq!(got, expected);
+    for sent in results.into_iter().flatten() {
+        tokio::time::timeout(std::time::Duration::from_secs(5), sent.wait())
+            .await
+            .expect("released once drained")
+            .unwrap();
+    }
 }

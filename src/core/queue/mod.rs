@@ -135,6 +135,17 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// Where [`Queue::place`] put a new message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    /// Among the ready ones: a dispatch pass should follow.
+    Ready,
+    /// Given to its group's owner already.
+    HandedOver,
+    /// Written to disk behind the ready ones (the queue is paging).
+    Paged,
+}
+
 /// Work that must happen after the queue lock is released.
 #[derive(Default)]
 struct AfterUnlock {
@@ -255,73 +266,124 @@ impl Queue {
         delivery_count: u32,
         also: Option<Op>,
     ) -> Completion {
-        let durable = message.durable || self.settings.durable;
-        // The writer encodes the record only if it writes it (see `store::record`).
-        let record = || Record::message(message.clone(), delivery_count);
         let mut after = AfterUnlock::default();
         let completion = {
             let mut st = self.state.lock();
-            let seq = st.next_seq;
-            st.next_seq += 1;
-            let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
-            let to_disk =
-                st.backlog.count > 0 || st.ready.len() >= self.settings.max_memory_messages;
-            if to_disk {
-                let record = record();
-                if st.backlog.count == 0 {
-                    st.backlog.next_seq = seq;
-                }
-                st.backlog.count += 1;
-                let put = Op::PutMessage {
-                    key: MessageKey {
-                        queue: self.id,
-                        seq,
-                    },
-                    record,
-                    consumable: false,
-                };
-                let completion = self.write(Some(put), also);
-                self.hold_back(&mut st, completion, &mut after)
-            } else {
-                // Without a consumer nothing can acknowledge it before it is
-                // written: the store need not wait for one.
-                let consumable = Self::has_consumers(&st);
-                let put = durable.then(|| Op::PutMessage {
-                    key: MessageKey {
-                        queue: self.id,
-                        seq,
-                    },
-                    record: record(),
-                    consumable,
-                });
-                let completion = self.write(put, also);
-                let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
-                let direct = match (&lane, owner) {
-                    (Some(lane), Some(owner)) => self.direct_owner(&st, lane, owner, &message),
-                    _ => None,
-                };
-                let entry = Entry {
-                    seq,
-                    message,
-                    delivery_count,
-                    persisted: durable,
-                    lane,
-                    avoid: None,
-                };
-                match direct {
-                    Some(index) => {
-                        self.hand_over(&mut st, index, entry, true, &mut after);
-                    }
-                    None => {
-                        st.ready.push(entry, owner);
-                        self.dispatch(&mut st, &mut after);
-                    }
-                }
-                self.hold_back(&mut st, completion, &mut after)
+            let (completion, placed) =
+                self.place(&mut st, message, delivery_count, also, true, &mut after);
+            if placed == Placed::Ready {
+                self.dispatch(&mut st, &mut after);
             }
+            self.hold_back(&mut st, completion, &mut after)
         };
         self.finish(after);
         completion
+    }
+
+    /// [`Queue::publish_counted`] for several new messages under one lock,
+    /// with one dispatch pass after all of them: a connection that read many
+    /// transfers for this queue at once pays for the lock, the consumers'
+    /// wake-ups and the dispatch set-up once per read instead of per message
+    /// (and, across worker threads, hands the lock over that much less often).
+    /// Completions are appended to `completions` in the messages' order.
+    pub fn publish_all(
+        self: &Arc<Self>,
+        messages: impl IntoIterator<Item = Arc<Message>>,
+        completions: &mut Vec<Completion>,
+    ) {
+        let first = completions.len();
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            let mut dispatch = false;
+            for message in messages {
+                // No hand-over straight to a group's owner: that shortcut is
+                // only exact right after a dispatch pass (see `direct_owner`).
+                let (completion, placed) = self.place(&mut st, message, 0, None, false, &mut after);
+                dispatch |= placed == Placed::Ready;
+                completions.push(completion);
+            }
+            if dispatch {
+                self.dispatch(&mut st, &mut after);
+            }
+            for completion in &mut completions[first..] {
+                let c = std::mem::replace(completion, Completion::ready());
+                *completion = self.hold_back(&mut st, c, &mut after);
+            }
+        }
+        self.finish(after);
+    }
+
+    /// Stores a new message's place in the queue — on disk when the queue is
+    /// paging, else among the ready ones or, with `direct`, straight to its
+    /// group's owner — without dispatching or holding its sender back.
+    fn place(
+        self: &Arc<Self>,
+        st: &mut State,
+        message: Arc<Message>,
+        delivery_count: u32,
+        also: Option<Op>,
+        direct: bool,
+        after: &mut AfterUnlock,
+    ) -> (Completion, Placed) {
+        let durable = message.durable || self.settings.durable;
+        // The writer encodes the record only if it writes it (see `store::record`).
+        let record = || Record::message(message.clone(), delivery_count);
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+        let to_disk = st.backlog.count > 0 || st.ready.len() >= self.settings.max_memory_messages;
+        if to_disk {
+            let record = record();
+            if st.backlog.count == 0 {
+                st.backlog.next_seq = seq;
+            }
+            st.backlog.count += 1;
+            let put = Op::PutMessage {
+                key: MessageKey {
+                    queue: self.id,
+                    seq,
+                },
+                record,
+                consumable: false,
+            };
+            return (self.write(Some(put), also), Placed::Paged);
+        }
+        // Without a consumer nothing can acknowledge it before it is
+        // written: the store need not wait for one.
+        let consumable = Self::has_consumers(st);
+        let put = durable.then(|| Op::PutMessage {
+            key: MessageKey {
+                queue: self.id,
+                seq,
+            },
+            record: record(),
+            consumable,
+        });
+        let completion = self.write(put, also);
+        let owner = lane.as_deref().and_then(|l| st.groups.owner(l));
+        let direct = match (&lane, owner) {
+            (Some(lane), Some(owner)) if direct => self.direct_owner(st, lane, owner, &message),
+            _ => None,
+        };
+        let entry = Entry {
+            seq,
+            message,
+            delivery_count,
+            persisted: durable,
+            lane,
+            avoid: None,
+        };
+        match direct {
+            Some(index) => {
+                self.hand_over(st, index, entry, true, after);
+                (completion, Placed::HandedOver)
+            }
+            None => {
+                st.ready.push(entry, owner);
+                (completion, Placed::Ready)
+            }
+        }
     }
 
     /// How many due messages the delay schedule may move in now without

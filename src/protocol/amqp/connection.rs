@@ -423,6 +423,7 @@ where
                     self.cx.read_at_ms = now_ms();
                     if self.inbound(item)? {
                         // The peer closed or went away: what we owe it goes out if it can.
+                        self.flush_sends();
                         let _ = self.flush().await;
                         return Ok(());
                     }
@@ -431,10 +432,12 @@ where
                     for _ in 0..256 {
                         let Some(item) = self.framed.next().now_or_never() else { break };
                         if self.inbound(item)? {
+                            self.flush_sends();
                             let _ = self.flush().await;
                             return Ok(());
                         }
                     }
+                    self.flush_sends();
                 }
                 Some(delivery) = self.deliveries.recv() => {
                     self.deliver(delivery);
@@ -544,6 +547,11 @@ where
             payload,
             ..
         } = frame;
+        if !matches!(performative, Performative::Transfer(_)) {
+            // Transfers batched so far are published before any other frame
+            // can see or change what they did (a detach, a flow, a disposition).
+            self.flush_sends();
+        }
         if matches!(
             performative,
             Performative::Detach(_) | Performative::End(_) | Performative::Close(_)
@@ -651,8 +659,17 @@ where
         Ok(())
     }
 
+    /// Publishes what each session has batched (see [`Session::flush_sends`]).
+    fn flush_sends(&mut self) {
+        for session in self.sessions.values_mut() {
+            session.flush_sends(&mut self.cx);
+        }
+    }
+
     /// Drops every link: unsettled messages go back to their queues.
     fn end_sessions(&mut self) {
+        // Messages received whole are published even as the connection ends.
+        self.flush_sends();
         self.cx.pending_acks.apply();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.cx);

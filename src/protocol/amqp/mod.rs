@@ -17,6 +17,7 @@ pub mod messaging;
 mod outgoing;
 pub mod performatives;
 pub mod sasl;
+mod send_batch;
 mod session;
 mod terminus;
 mod txn;

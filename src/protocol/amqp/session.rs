@@ -10,6 +10,7 @@ use super::link::{Partial, ReceiverLink, Route, SenderLink};
 use super::messaging::{Body, MessageView};
 use super::outgoing::{DeliveryStart, Placed};
 use super::performatives::{Begin, Detach, Disposition, End, Flow, Performative, Transfer};
+use super::send_batch::SendBatch;
 use super::terminus;
 use super::txn::{Dest, HeldAck};
 use super::{AmqpFrame, Declare, Discharge, Frame};
@@ -65,6 +66,8 @@ pub struct Session {
     /// Links we detached (refused or failed) whose detach the peer has yet to send: its
     /// frames for them, already in flight, are ignored.
     pub detaching: HashSet<u32>,
+    /// Messages received for one queue, not yet published (see [`SendBatch`]).
+    sends: SendBatch,
 }
 
 impl Session {
@@ -83,6 +86,7 @@ impl Session {
             unsettled: FastMap::default(),
             ending: false,
             detaching: HashSet::new(),
+            sends: SendBatch::default(),
         };
         cx.frame(
             channel,
@@ -575,6 +579,8 @@ impl Session {
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };
         if matches!(link.route, Route::Coordinator) {
+            // A discharge commits what came before it, batched sends included.
+            self.flush_sends(cx);
             return self.coordinate(cx, delivery_id, settled, &view);
         }
         let (address, dest) = match link.route.dest(&cx.broker) {
@@ -613,7 +619,50 @@ impl Session {
                 Err(_) => rejected(condition::TRANSACTION_UNKNOWN_ID, "unknown transaction"),
             });
         }
-        match dest.publish(&cx.broker, message) {
+        let routing = match dest {
+            Dest::Queue(queue) if self.sends.takes(queue) => {
+                self.sends.push(queue, message, (delivery_id, settled));
+                return None;
+            }
+            Dest::Queue(queue) => {
+                let queue = queue.clone();
+                self.flush_sends(cx);
+                self.sends.push(&queue, message, (delivery_id, settled));
+                return None;
+            }
+            Dest::Routed(routing) => routing,
+        };
+        // Routed one by one; what was batched before goes first.
+        self.flush_sends(cx);
+        let result = cx.broker.publish(message, routing);
+        self.send_outcome(cx, delivery_id, settled, result)
+    }
+
+    /// Publishes the batched sends and answers them as [`Session::accept_message`]
+    /// would have one by one.
+    pub fn flush_sends(&mut self, cx: &mut Ctx) {
+        let Some((mut sent, results)) = self.sends.publish(&cx.broker) else {
+            return;
+        };
+        for ((delivery_id, settled), result) in sent.drain(..).zip(results) {
+            let outcome = self.send_outcome(cx, delivery_id, settled, result);
+            if let (Some(state), false) = (outcome, settled) {
+                self.disposition_out(cx, delivery_id, state);
+            }
+        }
+        self.sends.reuse(sent);
+    }
+
+    /// The outcome to send now for a published message, or `None` when it
+    /// comes after the disk write (or is not wanted: pre-settled).
+    fn send_outcome(
+        &mut self,
+        cx: &mut Ctx,
+        delivery_id: u32,
+        settled: bool,
+        result: Result<Completion, CoreError>,
+    ) -> Option<DeliveryState> {
+        match result {
             Err(e) => Some(core_rejection(&e)),
             Ok(c) if settled || c.is_ready() => Some(DeliveryState::Accepted),
             Ok(c) => {
