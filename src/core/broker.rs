@@ -239,28 +239,33 @@ impl Broker {
 
     /// [`Broker::publish_to`] for messages read together: those due now go
     /// into the queue under one lock ([`Queue::publish_all`]), delayed ones to
-    /// the schedule. Results in the messages' order.
+    /// the schedule. Results in the messages' order. The messages come already
+    /// shared: a message is a few hundred bytes, copied by every move.
     pub fn publish_all_to(
         &self,
         queue: &Arc<Queue>,
-        messages: impl IntoIterator<Item = Message>,
+        messages: impl IntoIterator<Item = Arc<Message>>,
     ) -> Vec<Result<Completion, CoreError>> {
         let messages = messages.into_iter();
         let mut results = Vec::with_capacity(messages.size_hint().0);
         let mut now = Vec::with_capacity(messages.size_hint().0);
         let mut now_at = Vec::with_capacity(messages.size_hint().0);
         for mut message in messages {
-            if let Err(e) = self.resolve_delay(&mut message, queue.settings()) {
-                results.push(Err(e));
-                continue;
+            let settings = queue.settings();
+            if message.due_at.is_some() || !settings.default_message_delay.is_zero() {
+                // Not shared yet: no copy.
+                if let Err(e) = self.resolve_delay(Arc::make_mut(&mut message), settings) {
+                    results.push(Err(e));
+                    continue;
+                }
             }
             if message.due_at.is_some() {
-                results.push(Ok(self.enqueue(queue, Arc::new(message), 0)));
+                results.push(Ok(self.enqueue(queue, message, 0)));
                 continue;
             }
             now_at.push(results.len());
             results.push(Ok(Completion::ready()));
-            now.push(Arc::new(message));
+            now.push(message);
         }
         let mut completions = Vec::with_capacity(now.len());
         queue.publish_all(now, &mut completions);

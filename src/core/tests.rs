@@ -752,7 +752,7 @@ async fn sends_published_together_arrive_in_order_with_their_own_results() {
         .collect();
     // Over the queue's maximum delay: refused, alone.
     messages[5].due_at = Some(crate::core::message::now_ms() + 100 * 24 * 3600 * 1000);
-    let results = broker.publish_all_to(&queue, messages);
+    let results = broker.publish_all_to(&queue, messages.into_iter().map(Arc::new));
     assert_eq!(results.len(), 12);
     assert!(matches!(results[5], Err(CoreError::DelayTooLong { .. })));
     // Eleven waiting for a consumer with a window of one: past the memory

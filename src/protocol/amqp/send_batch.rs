@@ -19,7 +19,7 @@ pub type Published = (Vec<Sent>, Vec<Result<Completion, CoreError>>);
 #[derive(Default)]
 pub struct SendBatch {
     queue: Option<Arc<Queue>>,
-    messages: Vec<Message>,
+    messages: Vec<Arc<Message>>,
     sent: Vec<Sent>,
 }
 
@@ -30,7 +30,7 @@ impl SendBatch {
     }
 
     /// Adds a message; the caller checked [`SendBatch::takes`].
-    pub fn push(&mut self, queue: &Arc<Queue>, message: Message, sent: Sent) {
+    pub fn push(&mut self, queue: &Arc<Queue>, message: Arc<Message>, sent: Sent) {
         if self.queue.is_none() {
             self.queue = Some(queue.clone());
         }

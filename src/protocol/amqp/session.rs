@@ -574,14 +574,16 @@ impl Session {
         payload: Bytes,
     ) -> Option<DeliveryState> {
         let link = self.receivers.get_mut(&handle)?;
-        let view = match MessageView::parse(payload) {
+        // Borrowed where it lies, not moved out: a view is most of a kilobyte.
+        let parsed = MessageView::parse(payload);
+        let view = match &parsed {
             Ok(v) => v,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };
         if matches!(link.route, Route::Coordinator) {
             // A discharge commits what came before it, batched sends included.
             self.flush_sends(cx);
-            return self.coordinate(cx, delivery_id, settled, &view);
+            return self.coordinate(cx, delivery_id, settled, view);
         }
         let (address, dest) = match link.route.dest(&cx.broker) {
             Err(e) => return Some(core_rejection(&e)),
@@ -602,7 +604,7 @@ impl Session {
                 (node.name, Dest::Routed(node.routing))
             }
         };
-        let mut message = match convert::inbound(&view, address, cx.read_at_ms, now_ms) {
+        let mut message = match convert::inbound(view, address, cx.read_at_ms, now_ms) {
             Ok(m) => m,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };
@@ -621,13 +623,15 @@ impl Session {
         }
         let routing = match dest {
             Dest::Queue(queue) if self.sends.takes(queue) => {
-                self.sends.push(queue, message, (delivery_id, settled));
+                self.sends
+                    .push(queue, Arc::new(message), (delivery_id, settled));
                 return None;
             }
             Dest::Queue(queue) => {
                 let queue = queue.clone();
                 self.flush_sends(cx);
-                self.sends.push(&queue, message, (delivery_id, settled));
+                self.sends
+                    .push(&queue, Arc::new(message), (delivery_id, settled));
                 return None;
             }
             Dest::Routed(routing) => routing,
