@@ -516,6 +516,25 @@ impl Queue {
     /// its last outstanding message is settled.
     fn take_in_flight(st: &mut State, seq: u64) -> Option<InFlight> {
         let flight = st.in_flight.remove(&seq)?;
+        Self::note_taken(st, flight)
+    }
+
+    /// [`Queue::take_in_flight`] of a delivery `consumer` holds; one that is
+    /// not its own stays where it is. One map lookup either way: acks take
+    /// every delivery this way.
+    fn take_in_flight_of(st: &mut State, seq: u64, consumer: ConsumerId) -> Option<InFlight> {
+        match st.in_flight.remove(&seq) {
+            Some(flight) if flight.consumer == consumer => Self::note_taken(st, flight),
+            Some(flight) => {
+                st.in_flight.insert(seq, flight);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Frees a paused group whose last delivery in flight this was.
+    fn note_taken(st: &mut State, flight: InFlight) -> Option<InFlight> {
         if st.paused_in_flight.is_empty() {
             return Some(flight);
         }
@@ -636,26 +655,23 @@ impl Queue {
         let mut deletes = Vec::new();
         let result = {
             let mut result = Ok(());
+            let mut acked = 0;
             for &seq in seqs {
-                match st.in_flight.get(&seq) {
-                    Some(f) if f.consumer == consumer => {}
-                    _ => {
-                        result = Err(CoreError::UnknownDelivery(seq));
-                        continue;
-                    }
+                let Some(flight) = Self::take_in_flight_of(&mut st, seq, consumer) else {
+                    result = Err(CoreError::UnknownDelivery(seq));
+                    continue;
+                };
+                if flight.entry.persisted {
+                    deletes.push(Op::DeleteMessage {
+                        key: MessageKey {
+                            queue: self.id,
+                            seq,
+                        },
+                    });
                 }
-                if let Some(flight) = Self::take_in_flight(&mut st, seq) {
-                    if flight.entry.persisted {
-                        deletes.push(Op::DeleteMessage {
-                            key: MessageKey {
-                                queue: self.id,
-                                seq,
-                            },
-                        });
-                    }
-                    Self::refill(&mut st, consumer);
-                }
+                acked += 1;
             }
+            Self::refill(&mut st, consumer, acked);
             // Submitted under the lock so the store sees this queue's changes in order.
             let completion = match deletes.len() {
                 0 => Completion::ready(),
@@ -683,7 +699,7 @@ impl Queue {
             match st.in_flight.get(&seq) {
                 Some(f) if f.consumer == consumer => {
                     if let Some(flight) = Self::take_in_flight(&mut st, seq) {
-                        Self::refill(&mut st, consumer);
+                        Self::refill(&mut st, consumer, 1);
                         let mut entry = flight.entry;
                         if how == Release::NotHere {
                             entry.avoid = Some(consumer);
@@ -720,10 +736,14 @@ impl Queue {
         n
     }
 
-    fn refill(st: &mut State, consumer: ConsumerId) {
+    /// Gives a window consumer back the credit of `settled` deliveries.
+    fn refill(st: &mut State, consumer: ConsumerId, settled: u32) {
+        if settled == 0 {
+            return;
+        }
         if let Some(slot) = st.consumers.iter_mut().find(|s| s.id == consumer) {
             if let CreditMode::Window(window) = slot.mode {
-                slot.credit = (slot.credit + 1).min(window);
+                slot.credit = slot.credit.saturating_add(settled).min(window);
             }
         }
     }
