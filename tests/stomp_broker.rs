@@ -191,6 +191,35 @@ fn queue_shares_and_topic_copies() {
 }
 
 #[test]
+fn sends_alternating_between_queues_each_reach_their_own() {
+    // A connection keeps the queue it last sent to: switching must not
+    // send a message to the queue before.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let mut p = broker.client();
+    for i in 0..10 {
+        let dest = if i % 3 == 0 { "/queue/alt.b" } else { "alt.a" };
+        p.send(dest, &format!("m{i}"), &[]);
+    }
+    p.send_receipted("/queue/alt.a", "end", &[], "r");
+    for (dest, expected) in [
+        (
+            "/queue/alt.a",
+            vec!["m1", "m2", "m4", "m5", "m7", "m8", "end"],
+        ),
+        ("/queue/alt.b", vec!["m0", "m3", "m6", "m9"]),
+    ] {
+        let mut c = broker.client();
+        c.subscribe("s", dest, "auto");
+        let got: Vec<String> = (0..expected.len())
+            .map(|_| c.recv().expect("message").body_text())
+            .collect();
+        assert_eq!(got, expected, "{dest}");
+        assert!(c.recv_timeout(Duration::from_millis(300)).is_none());
+    }
+}
+
+#[test]
 fn groups_stick_to_one_subscriber_and_autogroup_by_virtual_host() {
     let dir = tempfile::tempdir().unwrap();
     let config = "[connection_factories.orders]\nautogroup = true\n\n[connection_factories.fixed]\ngroup_id = \"Group-0\"\n";

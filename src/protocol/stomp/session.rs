@@ -115,6 +115,10 @@ struct Session<S> {
     deliveries_tx: crate::core::deliveries::DeliverySink,
     /// Property names and destinations seen last, shared between messages.
     names: crate::core::names::Names,
+    /// The queue this connection last sent to: a producer sends to one queue
+    /// again and again, and looking it up by name per message (a shared map,
+    /// contended across worker threads) showed in profiles.
+    sending_to: Option<Arc<crate::core::queue::Queue>>,
     deliveries: crate::core::deliveries::Deliveries,
     subs: HashMap<String, Sub>,
     sub_of_consumer: FastMap<ConsumerId, String>,
@@ -173,6 +177,7 @@ where
         framed,
         deliveries_tx,
         names: crate::core::names::Names::default(),
+        sending_to: None,
         deliveries,
         subs: HashMap::new(),
         sub_of_consumer: FastMap::default(),
@@ -524,7 +529,22 @@ where
         if let Some(tx) = frame.header("transaction") {
             return self.in_transaction(tx, TxOp::Send(Box::new(message), dest.routing), receipt);
         }
-        let completion = self.broker.publish(message, dest.routing)?;
+        let completion = match dest.routing {
+            RoutingType::Anycast => {
+                let kept = self
+                    .sending_to
+                    .as_ref()
+                    .is_some_and(|q| *q.name() == message.address && !q.is_deleted());
+                if !kept {
+                    self.sending_to = Some(self.broker.queue_or_create(&message.address, false)?);
+                }
+                match &self.sending_to {
+                    Some(queue) => self.broker.publish_to(queue, message)?,
+                    None => self.broker.publish(message, dest.routing)?,
+                }
+            }
+            RoutingType::Multicast => self.broker.publish(message, dest.routing)?,
+        };
         self.receipt_after(receipt, completion);
         Ok(())
     }
