@@ -762,30 +762,40 @@ impl Session {
             return;
         }
         let mut id = d.first;
-        let mut acks: FastMap<(ConsumerId, u32), (Arc<Queue>, Vec<u64>)> = FastMap::default();
+        // Accepted deliveries by consumer and queue, acknowledged in one call
+        // each. Nearly always one consumer: a vector searched from its last
+        // entry, not a map (and no copy of the outcome per delivery).
+        let mut acks: Vec<(ConsumerId, Arc<Queue>, Vec<u64>)> = Vec::new();
+        let state = d.state.as_ref().unwrap_or(&DeliveryState::Accepted);
         loop {
             if let Some(u) = self.unsettled.remove(&id) {
-                let state = d.state.clone().unwrap_or(DeliveryState::Accepted);
                 match state {
                     DeliveryState::TransactionalState { txn_id, outcome } => {
                         let ack = HeldAck {
                             queue: u.queue,
                             consumer: u.consumer,
                             seq: u.seq,
-                            outcome: outcome.map_or(DeliveryState::Accepted, |o| *o),
+                            outcome: outcome
+                                .as_deref()
+                                .cloned()
+                                .unwrap_or(DeliveryState::Accepted),
                         };
-                        if let Err(ack) = cx.txns.settle(&txn_id, ack) {
+                        if let Err(ack) = cx.txns.settle(txn_id, ack) {
                             apply_outcome(&ack.queue, ack.consumer, ack.seq, &ack.outcome);
                         }
                     }
                     DeliveryState::Accepted => {
-                        acks.entry((u.consumer, u.queue.id()))
-                            .or_insert_with(|| (u.queue.clone(), Vec::new()))
-                            .1
-                            .push(u.seq);
+                        match acks
+                            .iter_mut()
+                            .rev()
+                            .find(|(c, q, _)| *c == u.consumer && Arc::ptr_eq(q, &u.queue))
+                        {
+                            Some((_, _, seqs)) => seqs.push(u.seq),
+                            None => acks.push((u.consumer, u.queue, vec![u.seq])),
+                        }
                     }
                     other => {
-                        apply_outcome(&u.queue, u.consumer, u.seq, &other);
+                        apply_outcome(&u.queue, u.consumer, u.seq, other);
                     }
                 }
             }
@@ -794,7 +804,7 @@ impl Session {
             }
             id = id.wrapping_add(1);
         }
-        for ((consumer, _), (queue, seqs)) in acks {
+        for (consumer, queue, seqs) in acks {
             let _ = queue.ack(consumer, &seqs);
         }
         if !d.settled {
