@@ -24,4 +24,4 @@ pub use error::CoreError;
 pub use message::{Message, Value};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

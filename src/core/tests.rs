@@ -6,7 +6,8 @@ use crate::core::settings::QueueSettings;
 use crate::store::{Completion, Store, StoreOptions};
 use std::sync::Arc;
 
-fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
+/// A broker over a fresh store in `dir` (also used by protocol unit tests).
+pub(crate) fn open(dir: &std::path::Path, settings: QueueSettings) -> Broker {
     open_with_store(dir, settings, StoreOptions::default())
 }
 

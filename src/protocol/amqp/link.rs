@@ -202,18 +202,11 @@ mod tests {
     use crate::core::consumer::{ConsumerOptions, CreditMode};
     use crate::core::deliveries;
     use crate::core::settings::QueueSettings;
-    use crate::core::BrokerOptions;
-    use crate::store::{Store, StoreOptions};
 
     #[tokio::test]
     async fn deleted_queue_is_never_sent_to() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path(), StoreOptions::default()).expect("store");
-        let broker = Broker::open(
-            store,
-            BrokerOptions::with_queue_settings(QueueSettings::default()),
-        )
-        .expect("broker");
+        let broker = crate::core::tests::open(dir.path(), QueueSettings::default());
         let (tx, _rx) = deliveries::channel();
         let options = ConsumerOptions {
             credit: CreditMode::Window(10),
