@@ -135,7 +135,9 @@ pub fn decode_frame(frame: Bytes) -> Result<Inbound> {
         return Err(AmqpCodecError::BadDataOffset { doff, size });
     }
     // The extended header (between byte 8 and the data offset) has no defined use: skipped.
-    let mut body = frame.slice(body_start..);
+    // Advanced past, not sliced: a slice is one more reference count up and down per frame.
+    let mut body = frame;
+    body.advance(body_start);
     match frame_type {
         FRAME_TYPE_AMQP if body.is_empty() => Ok(Inbound::Heartbeat),
         FRAME_TYPE_AMQP => {

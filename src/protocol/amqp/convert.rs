@@ -331,13 +331,7 @@ pub fn inbound(
     arrived: u64,
     now: impl Fn() -> u64,
 ) -> Result<Message, ConvertError> {
-    let mut m = Message {
-        body: body_bytes(view),
-        address,
-        timestamp: arrived,
-        priority: Message::DEFAULT_PRIORITY,
-        ..Message::default()
-    };
+    let mut m = Message::new(address, body_bytes(view), arrived);
     if let Some(h) = view.header() {
         m.durable = h.durable;
         m.priority = h.priority.min(9);

@@ -1,6 +1,6 @@
 //! The nine AMQP frame bodies (transport section 2.7).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use super::definitions::{
     read_rcv_settle_mode, AmqpError, DeliveryState, ReceiverSettleMode, Role, SenderSettleMode,
@@ -481,9 +481,10 @@ impl Performative {
     /// Decodes a performative from the front of `buf`, advancing it past the performative
     /// (for a transfer, what remains is the message payload).
     pub fn decode(buf: &mut Bytes) -> Result<Self> {
-        let base = buf.clone();
-        let cx = Ctx::new(&base);
-        let (rest, d, mut r) = read_described(cx, &base, 0, "performative")?;
+        // Read where it lies and then advanced past: no reference count up and down
+        // per frame for a clone or a split of the buffer.
+        let cx = Ctx::new(buf);
+        let (rest, d, mut r) = read_described(cx, buf, 0, "performative")?;
         let p = match d.code() {
             Some(Open::CODE) => Performative::Open(Box::new(Open::decode_fields(&mut r)?)),
             Some(Begin::CODE) => Performative::Begin(Begin::decode_fields(&mut r)?),
@@ -498,8 +499,8 @@ impl Performative {
             Some(Close::CODE) => Performative::Close(Close::decode_fields(&mut r)?),
             _ => return Err(AmqpCodecError::UnknownDescriptor(d)),
         };
-        let used = base.len() - rest.len();
-        let _ = buf.split_to(used);
+        let used = buf.len() - rest.len();
+        buf.advance(used);
         Ok(p)
     }
 }

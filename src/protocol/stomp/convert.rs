@@ -106,13 +106,7 @@ pub fn message_from_send(
     now: u64,
     names: &mut Names,
 ) -> Result<Message, ConvertError> {
-    let mut message = Message {
-        body: frame.body.clone(),
-        address: names.get(&dest.name),
-        timestamp: now,
-        priority: Message::DEFAULT_PRIORITY,
-        ..Default::default()
-    };
+    let mut message = Message::new(names.get(&dest.name), frame.body.clone(), now);
     // One pass over the headers: broker headers are noted (the first of a
     // repeated one wins), the rest become properties.
     let mut known = Known::default();
