@@ -7,6 +7,7 @@ use tokio_util::codec::{Decoder, Encoder};
 use super::error::{AmqpCodecError, Result};
 use super::performatives::Performative;
 use super::sasl::SaslFrame;
+use crate::protocol::read_ahead;
 use crate::protocol::write_parts::WriteParts;
 
 /// The smallest max-frame-size a peer may announce; frames up to this size are always
@@ -335,7 +336,7 @@ impl Decoder for AmqpFrameCodec {
         }
         let size = size as usize;
         if src.len() < size {
-            src.reserve(size - src.len());
+            read_ahead::reserve_frame(src, size);
             return Ok(None);
         }
         decode_frame(src.split_to(size).freeze()).map(Some)

@@ -11,6 +11,7 @@
 use super::error::{quote, Malformed, StompError};
 use super::escape;
 use super::frame::{Command, Frame, HeaderText, Headers, Version};
+use crate::protocol::read_ahead;
 use crate::protocol::write_parts::WriteParts;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use nom::bytes::{complete, streaming};
@@ -300,7 +301,7 @@ impl StompCodec {
                 let total = start + len + 1;
                 if src.len() < total {
                     // Within the limit (checked already): let the next reads fill it.
-                    src.reserve(total - src.len());
+                    read_ahead::reserve_frame(src, total);
                     return Ok(None);
                 }
                 if src.get(total - 1) != Some(&0) {
