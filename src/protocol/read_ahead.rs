@@ -12,10 +12,10 @@
 use bytes::BytesMut;
 
 /// Frames from this size on get room for more frames like them.
-pub const LARGE_FRAME: usize = 8 * 1024;
+const LARGE_FRAME: usize = 8 * 1024;
 /// Room asked for a large frame: this many frames of its size...
 const FRAMES_AHEAD: usize = 16;
-/// ...but no more than this beyond the frame itself.
+/// ...but no more room than this in all (a frame larger than it gets just its own).
 const MAX_AHEAD: usize = 512 * 1024;
 
 /// Makes room in `src` for the rest of a frame of `frame_len` bytes (and, for a
