@@ -495,6 +495,10 @@ where
             if !self.cx.out.is_empty() {
                 self.flush().await?;
             }
+            // Pre-settled deliveries count as consumed once written: one ack for the batch.
+            if !self.cx.pending_acks.is_empty() {
+                self.cx.pending_acks.try_apply();
+            }
         }
     }
 

@@ -318,7 +318,6 @@ impl Session {
 
     /// Sends what credit and the session window allow; completes a drain.
     fn pump(&mut self, cx: &mut Ctx, handle: u32) {
-        let mut auto_acks: Vec<u64> = Vec::new();
         let Some(link) = self.senders.get_mut(&handle) else {
             return;
         };
@@ -355,7 +354,9 @@ impl Session {
                 continue;
             }
             if link.presettled {
-                auto_acks.push(d.seq);
+                // Acked once the connection has written its batch (`try_apply`).
+                cx.pending_acks
+                    .defer(link.queue(), link.subscription.consumer(), d.seq);
             } else {
                 self.unsettled.insert(
                     delivery_id,
@@ -367,10 +368,6 @@ impl Session {
                     },
                 );
             }
-        }
-        if !auto_acks.is_empty() {
-            cx.pending_acks
-                .add(link.queue(), link.subscription.consumer(), &mut auto_acks);
         }
         if link.drain && link.credit > 0 && link.pending.is_empty() && !link.core_drained {
             // What the core dispatches while draining lands in the connection's channel;
