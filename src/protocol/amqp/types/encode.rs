@@ -77,6 +77,27 @@ pub(crate) fn uint(n: u32, buf: &mut BytesMut) {
     }
 }
 
+/// [`uint`] into a fixed buffer at `out[at..]` (room for five bytes); returns
+/// where it ends. For encoders that lay out a whole composite on the stack.
+pub(crate) fn uint_at(out: &mut [u8], at: usize, n: u32) -> usize {
+    match u8::try_from(n) {
+        Ok(0) => {
+            out[at] = code::UINT0;
+            at + 1
+        }
+        Ok(small) => {
+            out[at] = code::SMALLUINT;
+            out[at + 1] = small;
+            at + 2
+        }
+        Err(_) => {
+            out[at] = code::UINT;
+            out[at + 1..at + 5].copy_from_slice(&n.to_be_bytes());
+            at + 5
+        }
+    }
+}
+
 pub(crate) fn ulong(n: u64, buf: &mut BytesMut) {
     if n == 0 {
         buf.put_u8(code::ULONG0);
