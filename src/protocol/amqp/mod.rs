@@ -16,6 +16,7 @@ mod link;
 pub mod messaging;
 mod outgoing;
 pub mod performatives;
+mod quick_transfer;
 pub mod sasl;
 mod send_batch;
 mod session;

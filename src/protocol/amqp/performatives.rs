@@ -499,6 +499,16 @@ impl Performative {
     pub fn decode(buf: &mut Bytes) -> Result<Self> {
         // Read where it lies and then advanced past: no reference count up and down
         // per frame for a clone or a split of the buffer.
+        if let Some((transfer, used)) = super::quick_transfer::decode(&Ctx::new(buf), buf) {
+            buf.advance(used);
+            return Ok(Performative::Transfer(transfer));
+        }
+        Self::decode_in_full(buf)
+    }
+
+    /// [`decode`](Self::decode) through the field reader for every performative:
+    /// what the quick transfer path is held to.
+    pub(super) fn decode_in_full(buf: &mut Bytes) -> Result<Self> {
         let cx = Ctx::new(buf);
         let (rest, d, mut r) = read_described(cx, buf, 0, "performative")?;
         let p = match d.code() {
