@@ -5,9 +5,10 @@
 //! message-format, settled, more) in their everyday encodings, and reading those
 //! through `FieldReader` (a call, a type dispatch and a bounds check per field)
 //! was two thirds of decoding the performative. [`decode`] reads that shape
-//! directly and returns `None` for anything else, which the caller then decodes
+//! directly (each field with the reader's own `read_simple`) and returns `None` for anything else, which the caller then decodes
 //! in full: it can be faster, never different (the tests hold it to that).
 
+use super::described::FromValue;
 use super::performatives::Transfer;
 use super::types::{code, Ctx};
 
@@ -26,71 +27,39 @@ pub(super) fn decode(cx: &Ctx<'_>, i: &[u8]) -> Option<(Transfer, usize)> {
     let r = &mut fields;
     let mut t = Transfer {
         // Required: a null handle is an error the full decoder names.
-        handle: uint(r)??,
+        handle: field(cx, r)??,
         ..Transfer::default()
     };
     if count >= 2 {
-        t.delivery_id = uint(r)?;
+        t.delivery_id = field(cx, r)?;
     }
     if count >= 3 {
-        t.delivery_tag = match binary(r)? {
-            Some(tag) => Some(cx.bytes(tag).ok()?),
-            None => None,
-        };
+        t.delivery_tag = field(cx, r)?;
     }
     if count >= 4 {
-        t.message_format = uint(r)?;
+        t.message_format = field(cx, r)?;
     }
     if count >= 5 {
-        t.settled = boolean(r)?;
+        t.settled = field(cx, r)?;
     }
     if count >= 6 {
-        t.more = boolean(r)?.unwrap_or(false);
+        t.more = field(cx, r)?.unwrap_or(false);
     }
     // Anything left over in the list is for the full decoder to judge.
     fields.is_empty().then_some((t, end))
 }
 
-/// A uint field: `Some(None)` for null, `None` for an encoding not handled here.
-fn uint(i: &mut &[u8]) -> Option<Option<u32>> {
-    let (value, used) = match **i {
-        [code::NULL, ..] => (None, 1),
-        [code::UINT0, ..] => (Some(0), 1),
-        [code::SMALLUINT, n, ..] => (Some(u32::from(n)), 2),
-        [code::UINT, a, b, c, d, ..] => (Some(u32::from_be_bytes([a, b, c, d])), 5),
-        _ => return None,
-    };
-    *i = &i[used..];
-    Some(value)
-}
-
-fn boolean(i: &mut &[u8]) -> Option<Option<bool>> {
-    let (value, used) = match **i {
-        [code::NULL, ..] => (None, 1),
-        [code::TRUE, ..] => (Some(true), 1),
-        [code::FALSE, ..] => (Some(false), 1),
-        [code::BOOLEAN, b @ (0 | 1), ..] => (Some(b == 1), 2),
-        _ => return None,
-    };
-    *i = &i[used..];
-    Some(value)
-}
-
-/// A binary field of up to 255 bytes (vbin8), as the slice it is.
-fn binary<'a>(i: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
-    match **i {
-        [code::NULL, ..] => {
-            *i = &i[1..];
-            Some(None)
-        }
-        [code::VBIN8, len, ..] => {
-            let end = 2 + usize::from(len);
-            let contents = i.get(2..end)?;
-            *i = &i[end..];
-            Some(Some(contents))
-        }
-        _ => None,
+/// A field in an encoding the field reader's own fast path reads
+/// ([`FromValue::read_simple`]), or null: `Some(None)` for null, `None` for
+/// anything else.
+fn field<T: FromValue>(cx: &Ctx<'_>, i: &mut &[u8]) -> Option<Option<T>> {
+    if let [code::NULL, rest @ ..] = *i {
+        *i = rest;
+        return Some(None);
     }
+    let (used, value) = T::read_simple(cx, i)?;
+    *i = &i[used..];
+    Some(Some(value))
 }
 
 #[cfg(test)]

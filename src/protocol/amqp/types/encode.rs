@@ -66,19 +66,14 @@ pub(crate) fn value(v: &Value, buf: &mut BytesMut) {
 }
 
 pub(crate) fn uint(n: u32, buf: &mut BytesMut) {
-    if n == 0 {
-        buf.put_u8(code::UINT0);
-    } else if let Ok(small) = u8::try_from(n) {
-        buf.put_u8(code::SMALLUINT);
-        buf.put_u8(small);
-    } else {
-        buf.put_u8(code::UINT);
-        buf.put_u32(n);
-    }
+    let mut out = [0u8; 5];
+    let len = uint_at(&mut out, 0, n);
+    buf.extend_from_slice(&out[..len]);
 }
 
-/// [`uint`] into a fixed buffer at `out[at..]` (room for five bytes); returns
-/// where it ends. For encoders that lay out a whole composite on the stack.
+/// The smallest uint encoding of `n` (uint0, smalluint or uint) written at
+/// `out[at..]`, which has room for five bytes; returns where it ends. [`uint`]
+/// and the encoders that lay out a whole composite on the stack share it.
 pub(crate) fn uint_at(out: &mut [u8], at: usize, n: u32) -> usize {
     match u8::try_from(n) {
         Ok(0) => {
