@@ -220,6 +220,32 @@ fn sends_alternating_between_queues_each_reach_their_own() {
 }
 
 #[test]
+fn every_frame_of_a_long_burst_is_taken() {
+    // More frames in one write than the broker takes per wake-up: the one at
+    // the limit must be handled, not dropped, and every receipt must come.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start(&dir.path().join("data"), None);
+    let mut p = broker.client();
+    let mut burst = Vec::new();
+    for i in 0..1000 {
+        burst.extend_from_slice(
+            format!("SEND\ndestination:/queue/burst\nreceipt:r{i}\n\nm{i}\0").as_bytes(),
+        );
+    }
+    p.raw(&burst);
+    for i in 0..1000 {
+        let frame = p.recv().expect("receipt");
+        assert_eq!(frame.header("receipt-id"), Some(format!("r{i}").as_str()));
+    }
+    let mut c = broker.client();
+    c.subscribe("s", "/queue/burst", "auto");
+    for i in 0..1000 {
+        assert_eq!(c.recv().expect("message").body_text(), format!("m{i}"));
+    }
+    assert!(c.recv_timeout(Duration::from_millis(300)).is_none());
+}
+
+#[test]
 fn groups_stick_to_one_subscriber_and_autogroup_by_virtual_host() {
     let dir = tempfile::tempdir().unwrap();
     let config = "[connection_factories.orders]\nautogroup = true\n\n[connection_factories.fixed]\ngroup_id = \"Group-0\"\n";

@@ -19,6 +19,7 @@ use super::session::{Session, SessionError};
 use super::txn::Transactions;
 use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
+use crate::core::deliveries::WakeBatch;
 use crate::core::factory::ConnectionFactory;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
@@ -38,6 +39,9 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
+
+/// Frames taken per wake-up at most, so one busy peer cannot starve the others.
+const MAX_READ_BATCH: usize = 256;
 
 /// Limits and names an AMQP acceptor runs with (from the config's limits).
 #[derive(Debug, Clone)]
@@ -421,23 +425,11 @@ where
                     // Once per wake-up, not per frame: the idle check needs no finer clock.
                     self.last_read = Instant::now();
                     self.cx.read_at_ms = now_ms();
-                    if self.inbound(item)? {
+                    if self.read_batch(item)? {
                         // The peer closed or went away: what we owe it goes out if it can.
-                        self.flush_sends();
                         let _ = self.flush().await;
                         return Ok(());
                     }
-                    // Take the frames already read too, so one flush answers them all
-                    // (a disposition per transfer would otherwise be a write each).
-                    for _ in 0..256 {
-                        let Some(item) = self.framed.next().now_or_never() else { break };
-                        if self.inbound(item)? {
-                            self.flush_sends();
-                            let _ = self.flush().await;
-                            return Ok(());
-                        }
-                    }
-                    self.flush_sends();
                 }
                 Some(delivery) = self.deliveries.recv() => {
                     self.deliver(delivery);
@@ -500,6 +492,37 @@ where
                 self.cx.pending_acks.try_apply();
             }
         }
+    }
+
+    /// Takes `first` and the frames already read after it, so one flush answers
+    /// them all (a disposition per transfer would otherwise be a write each) and
+    /// the consumers they feed are woken once. `Ok(true)` when the connection is
+    /// over; what the batch sent is published either way.
+    fn read_batch(
+        &mut self,
+        first: Option<Result<Inbound, AmqpCodecError>>,
+    ) -> Result<bool, ConnError> {
+        let _wakes = WakeBatch::begin();
+        let mut item = first;
+        let mut taken = 0;
+        loop {
+            let over = self.inbound(item);
+            taken += 1;
+            if !matches!(over, Ok(false)) {
+                self.flush_sends();
+                return over;
+            }
+            // A frame taken from the stream must be handled: count before taking.
+            if taken == MAX_READ_BATCH {
+                break;
+            }
+            match self.framed.next().now_or_never() {
+                Some(next) => item = next,
+                None => break,
+            }
+        }
+        self.flush_sends();
+        Ok(false)
     }
 
     /// The oldest waiting write is on disk (or failed): settle its transfer.

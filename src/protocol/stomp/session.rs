@@ -8,6 +8,7 @@ use super::frame::{Command, Frame, HeaderText, Version};
 use crate::core::consumer::{
     ConsumerId, ConsumerOptions, CreditMode, Delivery, MessageFilter, Release,
 };
+use crate::core::deliveries::WakeBatch;
 use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::PendingAcks;
@@ -16,7 +17,7 @@ use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
 use crate::protocol::write_parts::WriteParts;
 use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -26,6 +27,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
+
+/// Frames taken per wake-up at most, so one busy client cannot starve the others.
+const MAX_READ_BATCH: usize = 256;
 
 /// Deliveries stop being added to one write once this much is buffered (large messages).
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
@@ -309,21 +313,15 @@ where
             tokio::select! {
                 item = self.framed.next(), if reading => {
                     self.last_read = Instant::now();
-                    match item {
-                        None => return Ok(()),
-                        Some(Err(e)) => return Err((e.into(), None)),
-                        Some(Ok(Inbound::Heartbeat)) => {}
-                        Some(Ok(Inbound::Frame(frame))) => {
-                            let receipt = frame.header("receipt").map(str::to_owned);
-                            match self.handle(frame).await {
-                                Ok(Flow::Continue) => {
-                                    for id in std::mem::take(&mut self.ready_receipts) {
-                                        self.write(receipt_frame(&id)).await.map_err(|e| (e, None))?;
-                                    }
-                                }
-                                Ok(Flow::Disconnect) => return Ok(()),
-                                Err(e) => return Err((e, receipt)),
-                            }
+                    let batch = self.read_batch(item);
+                    // Receipts for the frames before a failed one still go out, ahead of the ERROR.
+                    self.write_ready_receipts().await.map_err(|e| (e, None))?;
+                    match batch {
+                        Batch::Read => {}
+                        Batch::Closed => return Ok(()),
+                        Batch::Failed(e, receipt) => return Err((e, receipt)),
+                        Batch::Disconnect(receipt) => {
+                            return self.disconnect(receipt.clone()).await.map_err(|e| (e, receipt));
                         }
                     }
                 }
@@ -456,7 +454,75 @@ where
         Ok(true)
     }
 
-    async fn handle(&mut self, frame: Frame) -> Result<Flow, SessionError> {
+    /// Takes `first` and the frames already read after it, all but a DISCONNECT
+    /// (which waits for the disk: see [`Session::disconnect`]). Consumers the
+    /// batch feeds are woken once, when it is done (see [`WakeBatch`]).
+    fn read_batch(&mut self, first: Option<Result<Inbound, StompError>>) -> Batch {
+        let _wakes = WakeBatch::begin();
+        let mut item = first;
+        let mut taken = 0;
+        loop {
+            taken += 1;
+            match item {
+                None => return Batch::Closed,
+                Some(Err(e)) => return Batch::Failed(e.into(), None),
+                Some(Ok(Inbound::Heartbeat)) => {}
+                Some(Ok(Inbound::Frame(frame))) if frame.command == Command::Disconnect => {
+                    return Batch::Disconnect(frame.header("receipt").map(str::to_owned));
+                }
+                Some(Ok(Inbound::Frame(frame))) => {
+                    let receipt = frame.header("receipt").map(str::to_owned);
+                    if let Err(e) = self.handle(frame) {
+                        return Batch::Failed(e, receipt);
+                    }
+                }
+            }
+            // A frame taken from the stream must be handled: stop before taking one.
+            if taken == MAX_READ_BATCH || self.receipts.len() >= self.options.max_pending_receipts {
+                break;
+            }
+            match self.framed.next().now_or_never() {
+                Some(next) => item = next,
+                None => break,
+            }
+        }
+        Batch::Read
+    }
+
+    /// Receipts for frames that needed no disk write, in one flush.
+    async fn write_ready_receipts(&mut self) -> Result<(), SessionError> {
+        if self.ready_receipts.is_empty() {
+            return Ok(());
+        }
+        for id in std::mem::take(&mut self.ready_receipts) {
+            self.framed
+                .feed(Outbound::Frame(receipt_frame(&id)))
+                .await?;
+        }
+        SinkExt::<Outbound>::flush(&mut self.framed).await?;
+        self.last_write = Instant::now();
+        Ok(())
+    }
+
+    /// Answers DISCONNECT only after everything before it is settled on disk.
+    async fn disconnect(&mut self, receipt: Option<String>) -> Result<(), SessionError> {
+        if let Some(completion) = self.unconfirmed.take() {
+            completion.wait().await.map_err(CoreError::from)?;
+        }
+        while let Some((r, result)) = self.receipts.next().await {
+            result?;
+            if let Some(id) = r {
+                self.write(receipt_frame(&id)).await?;
+            }
+        }
+        if let Some(id) = receipt {
+            self.write(receipt_frame(&id)).await?;
+        }
+        Ok(())
+    }
+
+    /// Every client frame but DISCONNECT (taken in [`Session::read_batch`]).
+    fn handle(&mut self, frame: Frame) -> Result<(), SessionError> {
         let receipt = frame.header("receipt").map(str::to_owned);
         match frame.command {
             Command::Send => self.on_send(&frame, receipt)?,
@@ -495,21 +561,9 @@ where
                     .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
                 self.receipt_now(receipt);
             }
+            // Taken by `read_batch`, which waits for the disk first.
             Command::Disconnect => {
-                // Answer only after everything before it is settled on disk.
-                if let Some(completion) = self.unconfirmed.take() {
-                    completion.wait().await.map_err(CoreError::from)?;
-                }
-                while let Some((r, result)) = self.receipts.next().await {
-                    result?;
-                    if let Some(id) = r {
-                        self.write(receipt_frame(&id)).await?;
-                    }
-                }
-                if let Some(id) = receipt {
-                    self.write(receipt_frame(&id)).await?;
-                }
-                return Ok(Flow::Disconnect);
+                return Err(SessionError::Protocol("DISCONNECT out of turn".into()));
             }
             Command::Connect | Command::Stomp => {
                 return Err(SessionError::Protocol("already connected".into()));
@@ -518,7 +572,7 @@ where
                 return Err(SessionError::Protocol(format!("{other} is a server frame")));
             }
         }
-        Ok(Flow::Continue)
+        Ok(())
     }
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
@@ -836,9 +890,16 @@ where
     }
 }
 
-enum Flow {
-    Continue,
-    Disconnect,
+/// How a batch of read frames ended.
+enum Batch {
+    /// All taken; read on.
+    Read,
+    /// The peer closed the connection.
+    Closed,
+    /// A frame was bad: the error, and the receipt it asked for.
+    Failed(SessionError, Option<String>),
+    /// DISCONNECT, with its receipt.
+    Disconnect(Option<String>),
 }
 
 trait ShutdownWrite {
