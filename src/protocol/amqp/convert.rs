@@ -93,12 +93,17 @@ fn uuid_text(u: &[u8; 16]) -> String {
 
 /// Application properties the broker acts on (delays, groups): always decoded in full.
 fn has_meaning(name: &str) -> bool {
-    // Every such name starts with one of these: most names are turned away by
-    // their first byte instead of by nine comparisons (a test keeps the list whole).
-    matches!(
-        name.as_bytes().first(),
-        Some(b'A' | b'_' | b'x' | b'd' | b'J')
-    ) && (ScheduleProperties::NAMES.contains(&name) || !kept_as_property(name))
+    name.as_bytes()
+        .first()
+        .is_some_and(|b| may_have_meaning(*b))
+        && (ScheduleProperties::NAMES.contains(&name) || !kept_as_property(name))
+}
+
+/// Every name the broker acts on starts with one of these: most names are
+/// turned away by their first byte instead of by nine comparisons (a test
+/// keeps the list whole).
+fn may_have_meaning(first: u8) -> bool {
+    matches!(first, b'A' | b'_' | b'x' | b'd' | b'J')
 }
 
 /// A scalar read in place: a value, or text still to be copied.
@@ -362,6 +367,96 @@ pub fn inbound(
     // few (delays, groups). The rest stay encoded until someone reads them
     // (see `core::properties`): AMQP consumers get the original bytes anyway.
     let mut schedule = ScheduleProperties::default();
+    let map = view.application_properties_encoded();
+    let kept = match plain_entries(map) {
+        Some(kept) => kept,
+        None => walk_entries(view, &mut m, &mut schedule)?,
+    };
+    if kept > 0 {
+        if let Some(map) = view.application_properties_bytes() {
+            m.properties = UserProperties::encoded(map, kept, decode_properties);
+        }
+    }
+    m.due_at = due_at(view, &schedule, now)?;
+    let ranges = view.ranges();
+    let from = ranges
+        .message_annotations
+        .as_ref()
+        .map_or(ranges.bare.start, |r| r.start);
+    m.wire = Some(WireForm {
+        format: WIRE_FORMAT,
+        bytes: view.raw().slice(from..),
+    });
+    Ok(m)
+}
+
+/// The entries of an application-properties map when every one is plain: an
+/// ASCII string key that cannot be one the broker acts on, and a value
+/// [`read_in_place`] checks. That is what nearly every client sends, and one
+/// pass over the bytes tells, where [`walk_entries`] reads entry by entry.
+/// `None` sends the map the long way: anything else in it, no map, or anything
+/// malformed (which the long way reports).
+fn plain_entries(map: &[u8]) -> Option<usize> {
+    // The size covers the count and the entries; the map must end where it says.
+    let (count, mut body) = match map {
+        [code::MAP8, size, count, rest @ ..] => {
+            (usize::from(*size) == rest.len() + 1).then_some((usize::from(*count), rest))?
+        }
+        [code::MAP32, rest @ ..] => {
+            let word = |at: usize| -> Option<usize> {
+                let b: [u8; 4] = rest.get(at..at + 4)?.try_into().ok()?;
+                Some(u32::from_be_bytes(b) as usize)
+            };
+            let body = rest.get(8..)?;
+            (word(0)? == body.len() + 4).then_some((word(4)?, body))?
+        }
+        _ => return None,
+    };
+    if count % 2 != 0 {
+        return None;
+    }
+    for _ in 0..count / 2 {
+        let [code::STR8 | code::SYM8, len, rest @ ..] = body else {
+            return None;
+        };
+        let (name, rest) = rest.split_at_checked(usize::from(*len))?;
+        // An ASCII name whose first byte rules out a meaning; any other goes
+        // the long way. (One OR over the bytes: names are short.)
+        let ascii = name.iter().fold(0, |all, b| all | b) < 0x80;
+        if !ascii || name.first().is_none_or(|b| may_have_meaning(*b)) {
+            return None;
+        }
+        let width = match *rest.first()? {
+            code::NULL | code::TRUE | code::FALSE | code::UINT0 | code::ULONG0 => 0,
+            code::BOOLEAN => match *rest.get(1)? {
+                0 | 1 => 1,
+                _ => return None,
+            },
+            code::UBYTE | code::SMALLUINT | code::SMALLULONG => 1,
+            code::BYTE | code::SMALLINT | code::SMALLLONG => 1,
+            code::USHORT | code::SHORT => 2,
+            code::UINT | code::INT | code::FLOAT => 4,
+            code::ULONG | code::LONG | code::TIMESTAMP | code::DOUBLE => 8,
+            code::STR8 => {
+                let len = usize::from(*rest.get(1)?);
+                super::types::text(rest.get(2..2 + len)?).ok()?;
+                1 + len
+            }
+            _ => return None,
+        };
+        body = rest.get(1 + width..)?;
+    }
+    // Bytes the count does not cover make the map malformed.
+    body.is_empty().then_some(count / 2)
+}
+
+/// Checks every application property, takes the group and delay ones into `m`
+/// and `schedule`, and returns how many the core keeps.
+fn walk_entries(
+    view: &MessageView,
+    m: &mut Message,
+    schedule: &mut ScheduleProperties,
+) -> Result<usize, ConvertError> {
     let mut entries = view.application_property_entries();
     let mut kept = 0;
     while let Some(entry) = entries.next_encoded() {
@@ -398,22 +493,7 @@ pub fn inbound(
         }
         kept += 1;
     }
-    if kept > 0 {
-        if let Some(map) = view.application_properties_bytes() {
-            m.properties = UserProperties::encoded(map, kept, decode_properties);
-        }
-    }
-    m.due_at = due_at(view, &schedule, now)?;
-    let ranges = view.ranges();
-    let from = ranges
-        .message_annotations
-        .as_ref()
-        .map_or(ranges.bare.start, |r| r.start);
-    m.wire = Some(WireForm {
-        format: WIRE_FORMAT,
-        bytes: view.raw().slice(from..),
-    });
-    Ok(m)
+    Ok(kept)
 }
 
 /// Brings the original bytes in line with a group id the broker stamped on the
@@ -642,6 +722,88 @@ mod tests {
             for ((gk, gv), (ek, ev)) in got.iter().zip(&expected) {
                 prop_assert_eq!(gk, ek);
                 prop_assert!(same(&Some(gv.clone()), &Some(ev.clone())), "{:?} vs {:?}", gv, ev);
+            }
+        }
+    }
+
+    /// A message whose application properties are `entries`, parsed.
+    fn view_with(entries: Vec<(AmqpValue, AmqpValue)>) -> MessageView {
+        let amqp = AmqpMessage {
+            application_properties: Some(entries.into_iter().collect()),
+            body: Body::Value(AmqpValue::Null),
+            ..AmqpMessage::default()
+        };
+        MessageView::parse(amqp.to_bytes()).unwrap()
+    }
+
+    /// What the long way makes of a map: kept count, or an error; and whether
+    /// it found anything the broker acts on.
+    fn walked(view: &MessageView) -> (Option<usize>, bool) {
+        let mut m = Message::new(Arc::from("q"), Bytes::new(), 0);
+        let mut schedule = ScheduleProperties::default();
+        let kept = walk_entries(view, &mut m, &mut schedule).ok();
+        let acted =
+            m.group_id.is_some() || m.group_seq.is_some() || schedule.0.iter().any(Option::is_some);
+        (kept, acted)
+    }
+
+    #[test]
+    fn a_map_of_plain_entries_is_counted_in_one_pass() {
+        let view = view_with(vec![
+            (AmqpValue::string("perf-run"), AmqpValue::Ulong(7)),
+            (AmqpValue::string("perf-p"), AmqpValue::Uint(1)),
+            (AmqpValue::string("color"), AmqpValue::string("red")),
+            (AmqpValue::symbol("on"), AmqpValue::Bool(true)),
+        ]);
+        assert_eq!(
+            plain_entries(view.application_properties_encoded()),
+            Some(4)
+        );
+        let grouped = view_with(vec![
+            (AmqpValue::string("perf-run"), AmqpValue::Ulong(7)),
+            (AmqpValue::string("JMSXGroupID"), AmqpValue::string("g")),
+        ]);
+        assert_eq!(
+            plain_entries(grouped.application_properties_encoded()),
+            None
+        );
+        assert_eq!(plain_entries(&[]), None, "no map: the long way");
+        // {"k": boolean 0x56 with a byte that is neither 0 nor 1}: refused, the long way.
+        let odd_boolean = [code::MAP8, 6, 2, code::STR8, 1, b'k', code::BOOLEAN, 2];
+        assert_eq!(plain_entries(&odd_boolean), None);
+        let mut payload = vec![0x00, 0x53, 0x74];
+        payload.extend_from_slice(&odd_boolean);
+        let view = MessageView::parse(Bytes::from(payload)).unwrap();
+        assert_eq!(walked(&view), (None, false));
+    }
+
+    proptest! {
+        #[test]
+        fn a_plain_count_is_what_the_long_way_counts(
+            entries in prop::collection::vec((property_name(), leaf()), 0..8),
+            symbol_keys in any::<bool>(),
+            flip in prop::option::of((any::<prop::sample::Index>(), any::<u8>())),
+        ) {
+            let key = |k: &str| if symbol_keys { AmqpValue::symbol(k) } else { AmqpValue::string(k) };
+            let view = view_with(entries.iter().map(|(k, v)| (key(k), v.clone())).collect());
+            // And the same map with one byte changed, when that still parses.
+            let view = match flip {
+                None => view,
+                Some((at, byte)) => {
+                    let range = view.ranges().bare.clone();
+                    let mut raw = view.raw().to_vec();
+                    let at = range.start + at.index(range.len().max(1));
+                    if at < raw.len() {
+                        raw[at] = byte;
+                    }
+                    match MessageView::parse(Bytes::from(raw)) {
+                        Ok(v) => v,
+                        Err(_) => return Ok(()),
+                    }
+                }
+            };
+            if let Some(kept) = plain_entries(view.application_properties_encoded()) {
+                prop_assert_eq!(walked(&view), (Some(kept), false));
             }
         }
     }

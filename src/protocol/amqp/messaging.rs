@@ -697,6 +697,14 @@ impl MessageView {
         }
     }
 
+    /// The encoded application-properties map (or null), borrowed; empty without one.
+    pub fn application_properties_encoded(&self) -> &[u8] {
+        match &self.application_properties {
+            Some(range) => &self.raw[range.clone()],
+            None => &[],
+        }
+    }
+
     /// The encoded application-properties map (or null), a slice of the payload.
     pub fn application_properties_bytes(&self) -> Option<Bytes> {
         self.application_properties
