@@ -165,6 +165,10 @@ struct AfterUnlock {
     watch_held: bool,
 }
 
+/// A message moving into a queue: its delivery count so far, and a store
+/// operation for the same write (see [`Queue::publish_moving`]).
+pub type Move = (Arc<Message>, u32, Option<Op>);
+
 impl AfterUnlock {
     fn wake(&mut self, sink: &DeliverySink) {
         if self.wake_first.is_none() {
@@ -278,6 +282,35 @@ impl Queue {
         };
         self.finish(after);
         completion
+    }
+
+    /// [`Queue::publish_moving`] for several messages under one lock, with one
+    /// dispatch pass after all of them: the delay schedule moving a burst that
+    /// fell due. Moved one by one, each paid for the lock, a dispatch set-up and
+    /// a wake-up, and a burst due faster than that fell behind. Nobody waits for
+    /// these completions (the producers had theirs when the messages were
+    /// scheduled).
+    pub fn publish_moving_all(self: &Arc<Self>, moves: impl IntoIterator<Item = Move>) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            let mut dispatch = false;
+            let mut completions = Vec::new();
+            for (message, delivery_count, also) in moves {
+                // Not straight to a group's owner: see `publish_all`.
+                let (completion, placed) =
+                    self.place(&mut st, message, delivery_count, also, false, &mut after);
+                dispatch |= placed == Placed::Ready;
+                completions.push(completion);
+            }
+            if dispatch {
+                self.dispatch(&mut st, &mut after);
+            }
+            for completion in completions {
+                drop(self.hold_back(&mut st, completion, &mut after));
+            }
+        }
+        self.finish(after);
     }
 
     /// [`Queue::publish_counted`] for several new messages under one lock,

@@ -32,7 +32,7 @@ use super::broker::{Broker, DelayedDelivery};
 use super::fast_map::{FastMap, FastSet};
 use super::message::{now_ms, Message};
 use super::persist::{self, DecodeError};
-use super::queue::Queue;
+use super::queue::{Move, Queue};
 use crate::store::{Completion, Op, ScheduleKey, Store, StoreError};
 use parked::Parked;
 use parking_lot::Mutex;
@@ -594,9 +594,7 @@ impl Inner {
             (parked, due, blocked, force)
         };
         let more = due.len() >= DELIVER_BATCH;
-        for (key, w) in parked {
-            self.deliver(broker, key, w);
-        }
+        let mut moving = parked;
         let mut park = Vec::new();
         for (key, w) in due {
             if blocked.contains(&w.queue) || (!force && rooms.of(w.queue) == 0) {
@@ -604,9 +602,10 @@ impl Inner {
                 park.push((key, w));
             } else {
                 rooms.used(w.queue, 1);
-                self.deliver(broker, key, w);
+                moving.push((key, w));
             }
         }
+        self.deliver(broker, moving);
         let mut window = self.window.lock();
         for (key, w) in park {
             window.parked.push(key, w);
@@ -629,20 +628,28 @@ impl Inner {
         }
     }
 
-    fn deliver(&self, broker: &Broker, key: ScheduleKey, w: Waiting) {
-        let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
-        match broker.queue_by_id(w.queue) {
-            Some(queue) => {
-                // Nobody waits: the producer's receipt went out when it was scheduled.
-                drop(queue.publish_moving(w.message, w.delivery_count, delete));
-            }
-            None => {
-                tracing::debug!(
-                    queue = w.queue,
-                    "scheduled message for a deleted queue dropped"
-                );
-                if let Some(op) = delete {
-                    self.store.submit_detached(op);
+    /// Moves due messages into their queues, each queue's in the order given,
+    /// with one [`Queue::publish_moving_all`] per queue.
+    fn deliver(&self, broker: &Broker, entries: Vec<(ScheduleKey, Waiting)>) {
+        let mut at: FastMap<u32, usize> = FastMap::default();
+        let mut by_queue: Vec<(u32, Vec<Move>)> = Vec::new();
+        for (key, w) in entries {
+            // Its schedule record goes in the write that stores it in the queue.
+            let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
+            let i = *at.entry(w.queue).or_insert_with(|| {
+                by_queue.push((w.queue, Vec::new()));
+                by_queue.len() - 1
+            });
+            by_queue[i].1.push((w.message, w.delivery_count, delete));
+        }
+        for (queue, moves) in by_queue {
+            match broker.queue_by_id(queue) {
+                Some(queue) => queue.publish_moving_all(moves),
+                None => {
+                    tracing::debug!(queue, "scheduled messages for a deleted queue dropped");
+                    for op in moves.into_iter().filter_map(|(_, _, delete)| delete) {
+                        self.store.submit_detached(op);
+                    }
                 }
             }
         }
