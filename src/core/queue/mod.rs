@@ -291,26 +291,8 @@ impl Queue {
     /// these completions (the producers had theirs when the messages were
     /// scheduled).
     pub fn publish_moving_all(self: &Arc<Self>, moves: impl IntoIterator<Item = Move>) {
-        let mut after = AfterUnlock::default();
-        {
-            let mut st = self.state.lock();
-            let mut dispatch = false;
-            let mut completions = Vec::new();
-            for (message, delivery_count, also) in moves {
-                // Not straight to a group's owner: see `publish_all`.
-                let (completion, placed) =
-                    self.place(&mut st, message, delivery_count, also, false, &mut after);
-                dispatch |= placed == Placed::Ready;
-                completions.push(completion);
-            }
-            if dispatch {
-                self.dispatch(&mut st, &mut after);
-            }
-            for completion in completions {
-                drop(self.hold_back(&mut st, completion, &mut after));
-            }
-        }
-        self.finish(after);
+        let mut completions = Vec::new();
+        self.place_all(moves, &mut completions);
     }
 
     /// [`Queue::publish_counted`] for several new messages under one lock,
@@ -324,15 +306,26 @@ impl Queue {
         messages: impl IntoIterator<Item = Arc<Message>>,
         completions: &mut Vec<Completion>,
     ) {
+        self.place_all(messages.into_iter().map(|m| (m, 0, None)), completions);
+    }
+
+    /// Places `moves` under one lock, dispatches once, and appends their
+    /// (held back) completions to `completions` in order.
+    fn place_all(
+        self: &Arc<Self>,
+        moves: impl IntoIterator<Item = Move>,
+        completions: &mut Vec<Completion>,
+    ) {
         let first = completions.len();
         let mut after = AfterUnlock::default();
         {
             let mut st = self.state.lock();
             let mut dispatch = false;
-            for message in messages {
+            for (message, delivery_count, also) in moves {
                 // No hand-over straight to a group's owner: that shortcut is
                 // only exact right after a dispatch pass (see `direct_owner`).
-                let (completion, placed) = self.place(&mut st, message, 0, None, false, &mut after);
+                let (completion, placed) =
+                    self.place(&mut st, message, delivery_count, also, false, &mut after);
                 dispatch |= placed == Placed::Ready;
                 completions.push(completion);
             }
