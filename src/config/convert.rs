@@ -504,7 +504,7 @@ fn settings_override(
         group_buckets: raw.group_buckets,
         group_first_key: optional_text(&raw.group_first_key),
         consumers_before_dispatch: raw.consumers_before_dispatch,
-        delay_before_dispatch: dur(&raw.delay_before_dispatch, "delay_before_dispatch")?,
+        delay_before_dispatch: dur(&raw.delay_before_dispatch, "delay_before_dispatch")?.map(Some),
         exclusive: raw.exclusive,
         auto_create: raw.auto_create,
     })

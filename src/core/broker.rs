@@ -7,6 +7,7 @@ use super::error::CoreError;
 use super::factory::ConnectionFactory;
 use super::fast_map::FastDashMap;
 use super::message::{now_ms, Message, Value};
+use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
@@ -502,8 +503,8 @@ impl Broker {
 
         struct Loading {
             in_memory: Vec<(u64, Bytes)>,
-            backlog_from: Option<u64>,
-            backlog: usize,
+            /// Sequence and group of each message left on disk.
+            backlog: Vec<(u64, Option<Arc<str>>)>,
             next_seq: u64,
         }
         let mut loading: HashMap<u32, Loading> = HashMap::new();
@@ -521,29 +522,29 @@ impl Broker {
             }
             let l = loading.entry(key.queue).or_insert(Loading {
                 in_memory: Vec::new(),
-                backlog_from: None,
-                backlog: 0,
+                backlog: Vec::new(),
                 next_seq: 1,
             });
             l.next_seq = key.seq + 1;
-            if l.backlog_from.is_none() && l.in_memory.len() < queue.settings().max_memory_messages
-            {
+            if l.backlog.is_empty() && l.in_memory.len() < queue.settings().max_memory_messages {
                 l.in_memory.push((key.seq, record));
             } else {
-                l.backlog_from.get_or_insert(key.seq);
-                l.backlog += 1;
+                // Paged back in lane by lane: only its group is kept.
+                match persist::decode(record) {
+                    Ok(stored) => l.backlog.push((key.seq, stored.message.group_id)),
+                    Err(e) => {
+                        tracing::error!(queue = %queue.name(), seq = key.seq, error = %e, "skipping unreadable stored message");
+                        stale.push(key);
+                    }
+                }
             }
         })?;
         store.delete_messages_now(&stale)?;
         let mut total = 0;
         for (id, l) in loading {
             if let Some(queue) = by_id.get(&id) {
-                total += l.in_memory.len() + l.backlog;
-                queue.recover(
-                    l.in_memory,
-                    l.backlog_from.map(|from| (from, l.backlog)),
-                    l.next_seq,
-                );
+                total += l.in_memory.len() + l.backlog.len();
+                queue.recover(l.in_memory, l.backlog, l.next_seq);
             }
         }
         tracing::info!(queues = by_id.len(), messages = total, "recovered");
@@ -606,27 +607,6 @@ impl Diverter for Inner {
             }
             Err(e) => {
                 tracing::warn!(queue = %from.name(), target = %target, error = %e, "cannot divert message")
-            }
-        }
-    }
-
-    fn redeliver_later(
-        &self,
-        queue: &Arc<Queue>,
-        message: Arc<Message>,
-        delivery_count: u32,
-        delay_ms: u64,
-        also: Option<Op>,
-    ) {
-        let mut copy = (*message).clone();
-        copy.due_at = Some(now_ms() + delay_ms);
-        let scheduler = self.scheduler.read().clone();
-        match scheduler {
-            Some(s) => {
-                s.schedule(queue, Arc::new(copy), delivery_count, also);
-            }
-            None => {
-                queue.publish_moving(message, delivery_count, also);
             }
         }
     }

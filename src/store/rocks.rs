@@ -180,6 +180,17 @@ impl Store {
         from_seq: u64,
         limit: usize,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        self.scan_message_range(queue, from_seq..u64::MAX, limit)
+    }
+
+    /// Up to `limit` messages of `queue` with a sequence in `seqs`, in order.
+    pub fn scan_message_range(
+        &self,
+        queue: u32,
+        seqs: std::ops::Range<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, Bytes)>, StoreError> {
+        let from_seq = seqs.start;
         let cf = self.cf(CF_MESSAGES)?;
         let start = MessageKey {
             queue,
@@ -190,7 +201,7 @@ impl Store {
         read.set_iterate_upper_bound(
             MessageKey {
                 queue,
-                seq: u64::MAX,
+                seq: seqs.end,
             }
             .encode()
             .to_vec(),

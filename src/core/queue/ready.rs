@@ -54,6 +54,10 @@ pub struct ReadySet {
     lanes: FastMap<Arc<str>, VecDeque<Entry>>,
     unbound_heads: BTreeSet<(Key, Arc<str>)>,
     owned_heads: FastMap<ConsumerId, BTreeSet<(Key, Arc<str>)>>,
+    /// Lanes held back while a returned message of theirs waits out its
+    /// redelivery delay, with the number of such messages: their heads are
+    /// in neither head set, so nobody takes a newer message of the group.
+    held: FastMap<Arc<str>, u32>,
     len: usize,
     bytes: usize,
 }
@@ -86,6 +90,7 @@ impl ReadySet {
             return;
         };
         let new_key = key_of(&entry);
+        let held = !self.held.is_empty() && self.held.contains_key(&lane);
         // One lookup of the lane per message: a hot path with many groups.
         let entries = self.lanes.entry(lane.clone()).or_default();
         let old_head = entries.front().map(key_of);
@@ -96,7 +101,7 @@ impl ReadySet {
             }
             _ => entries.push_back(entry),
         }
-        if old_head.is_none_or(|old| new_key.1 < old.1) {
+        if !held && old_head.is_none_or(|old| new_key.1 < old.1) {
             let heads = self.heads_mut(owner);
             if let Some(old) = old_head {
                 heads.remove(&(old, lane.clone()));
@@ -203,6 +208,46 @@ impl ReadySet {
         }
     }
 
+    /// Holds a lane back: none of its messages can be picked until every
+    /// hold is lifted with [`ReadySet::unhold_lane`].
+    pub fn hold_lane(&mut self, lane: &Arc<str>, owner: Option<ConsumerId>) {
+        let count = self.held.entry(lane.clone()).or_default();
+        *count += 1;
+        if *count == 1 {
+            if let Some(key) = self.lane_head_key(lane) {
+                self.heads_mut(owner).remove(&(key, lane.clone()));
+            }
+        }
+    }
+
+    /// Lifts one hold; the lane can be picked again when none is left.
+    pub fn unhold_lane(&mut self, lane: &Arc<str>, owner: Option<ConsumerId>) {
+        let Some(count) = self.held.get_mut(lane) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.held.remove(lane);
+            if let Some(key) = self.lane_head_key(lane) {
+                self.heads_mut(owner).insert((key, lane.clone()));
+            }
+        }
+    }
+
+    /// Whether a lane is held back by a redelivery delay.
+    pub fn is_held(&self, lane: &str) -> bool {
+        !self.held.is_empty() && self.held.contains_key(lane)
+    }
+
+    /// Every waiting message with a sequence above `after`, in no order (browsing).
+    pub fn entries_after(&self, after: u64) -> impl Iterator<Item = &Entry> + '_ {
+        self.ungrouped
+            .iter()
+            .map(|(_, e)| e)
+            .chain(self.lanes.values().flatten())
+            .filter(move |e| e.seq > after)
+    }
+
     /// Removes every waiting message (queue deletion, purge).
     pub fn drain_all(&mut self) -> Vec<Entry> {
         let mut out: Vec<Entry> = self.ungrouped.drain().collect();
@@ -211,19 +256,10 @@ impl ReadySet {
         }
         self.unbound_heads.clear();
         self.owned_heads.clear();
+        self.held.clear();
         self.len = 0;
         self.bytes = 0;
         out
-    }
-
-    /// Every waiting message in priority-then-arrival order, for browsing.
-    pub fn snapshot(&self) -> Vec<Entry> {
-        let mut all: Vec<Entry> = self.ungrouped.iter().map(|(_, e)| e.clone()).collect();
-        for lane in self.lanes.values() {
-            all.extend(lane.iter().cloned());
-        }
-        all.sort_by_key(key_of);
-        all
     }
 
     fn heads_mut(&mut self, owner: Option<ConsumerId>) -> &mut BTreeSet<(Key, Arc<str>)> {
@@ -300,5 +336,28 @@ mod tests {
         r.rebind(&g, None, Some(2));
         assert!(r.pick_for(1).is_none());
         assert_eq!(r.pick_for(2), Some(Pick::Lane(g, true)));
+    }
+
+    #[test]
+    fn a_held_lane_is_not_picked_until_every_hold_is_lifted() {
+        let mut r = ReadySet::default();
+        let g: Arc<str> = Arc::from("g");
+        r.hold_lane(&g, None);
+        r.hold_lane(&g, None);
+        r.push(entry(3, Some("g"), 4), None);
+        r.push(entry(4, None, 4), None);
+        // Only the ungrouped message can go while the group waits.
+        assert_eq!(r.pick_for(1), Some(Pick::Ungrouped((5, 4))));
+        r.take(&Pick::Ungrouped((5, 4)), None);
+        assert!(r.pick_for(1).is_none());
+        // The returned message comes back before the newer one.
+        r.push(entry(1, Some("g"), 4), None);
+        r.unhold_lane(&g, None);
+        assert!(r.is_held("g"));
+        assert!(r.pick_for(1).is_none());
+        r.unhold_lane(&g, None);
+        assert!(!r.is_held("g"));
+        let pick = r.pick_for(1).unwrap();
+        assert_eq!(r.take(&pick, None).map(|e| e.seq), Some(1));
     }
 }

@@ -1,0 +1,395 @@
+//! Placing new messages (in memory, or on disk when the queue is deep) and
+//! handing ready messages to consumers with credit. A consumer that finds
+//! nothing it may take in memory reads its next lane from disk, so a stalled
+//! group never holds back anything else, at any depth.
+
+use super::backlog::LaneKey;
+use super::effects::AfterUnlock;
+use super::ready::{Entry, Pick};
+use super::{Diversion, InFlight, Queue, State};
+use crate::core::consumer::{ConsumerId, Delivery};
+use crate::core::message::{now_ms, Message};
+use crate::core::persist;
+use crate::store::{Completion, MessageKey, Op, Record};
+use std::sync::Arc;
+
+/// Where [`Queue::place`] put a new message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Placed {
+    /// Among the ready ones: a dispatch pass should follow.
+    Ready,
+    /// Given to its group's owner already.
+    HandedOver,
+    /// Written to disk behind others of its lane, or because memory is full.
+    Paged,
+}
+
+impl Placed {
+    /// A paged message may still be one a waiting consumer can take once read.
+    pub fn needs_dispatch(self) -> bool {
+        self != Placed::HandedOver
+    }
+}
+
+/// Memory may hold this many times `max_memory_messages` when consumers read
+/// lanes from disk for themselves (their selectors may pass over what they read).
+const MEMORY_CEILING: usize = 2;
+
+impl Queue {
+    /// Stores a new message's place in the queue — on disk behind older
+    /// messages of its lane or when memory is full, else among the ready ones
+    /// or, with `direct`, straight to its group's owner — without dispatching
+    /// or holding its sender back.
+    pub(super) fn place(
+        self: &Arc<Self>,
+        st: &mut State,
+        message: Arc<Message>,
+        delivery_count: u32,
+        also: Option<Op>,
+        direct: bool,
+        after: &mut AfterUnlock,
+    ) -> (Completion, Placed) {
+        let durable = message.durable || self.settings.durable;
+        // The writer encodes the record only if it writes it (see `store::record`).
+        let record = || Record::message(message.clone(), delivery_count);
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+        let key = MessageKey {
+            queue: self.id,
+            seq,
+        };
+        if st.backlog.has_lane(&lane)
+            || (st.ready.len() >= self.settings.max_memory_messages
+                && !self.admits_now(st, &lane, &message))
+        {
+            let owner = st.owner_of(&lane);
+            st.backlog.push(lane, seq, owner);
+            let put = Op::PutMessage {
+                key,
+                record: record(),
+                consumable: false,
+            };
+            return (self.write(Some(put), also), Placed::Paged);
+        }
+        // Without a consumer nothing can acknowledge it before it is
+        // written: the store need not wait for one.
+        let consumable = st.consumers.active() > 0;
+        let put = durable.then(|| Op::PutMessage {
+            key,
+            record: record(),
+            consumable,
+        });
+        let completion = self.write(put, also);
+        let owner = st.owner_of(&lane);
+        let direct = match (&lane, owner) {
+            (Some(lane), Some(owner)) if direct => self.direct_owner(st, lane, owner, &message),
+            _ => None,
+        };
+        let entry = Entry {
+            seq,
+            message,
+            delivery_count,
+            persisted: durable,
+            lane,
+            avoid: None,
+        };
+        match direct {
+            Some(index) => {
+                self.hand_over(st, index, entry, true, after);
+                (completion, Placed::HandedOver)
+            }
+            None => {
+                st.ready.push(entry, owner);
+                (completion, Placed::Ready)
+            }
+        }
+    }
+
+    /// Whether a consumer could take this message right now, so it may stay
+    /// in memory past the limit (it leaves again at once): the in-memory
+    /// window always admits what can be dispatched.
+    fn admits_now(&self, st: &State, lane: &LaneKey, message: &Message) -> bool {
+        if !st.gate.is_open(&self.settings) {
+            return false;
+        }
+        let owner = match lane {
+            Some(l) if st.ready.is_held(l) => return false,
+            Some(l) => st.groups.owner(l),
+            None => None,
+        };
+        // Ready messages may claim that credit first (a batch placed before
+        // its dispatch pass): admit no more than the credit over the limit.
+        let over = st.ready.len() - self.settings.max_memory_messages.min(st.ready.len());
+        st.consumers.slots().iter().any(|s| {
+            s.credit as usize > over
+                && !s.is_browser()
+                && st.consumers.may_receive(s.id)
+                && owner.is_none_or(|o| o == s.id)
+                && s.filter.as_ref().is_none_or(|f| f.matches(message))
+        })
+    }
+
+    pub(super) fn dispatch(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
+        self.dispatch_ready(st, after);
+        let gone = self.is_deleted() || st.consumers.active() == 0;
+        let waiting = st.waiting_count();
+        st.flow.drained(
+            waiting,
+            self.settings.max_memory_messages,
+            gone,
+            &mut after.released,
+        );
+    }
+
+    fn dispatch_ready(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
+        if st.consumers.len() == 0 || self.is_deleted() {
+            return;
+        }
+        self.feed_browsers(st, after);
+        if !st.backlog.is_empty() {
+            self.refill(st, after);
+        }
+        if (st.ready.is_empty() && st.backlog.is_empty()) || st.consumers.active() == 0 {
+            return;
+        }
+        let active = st.consumers.active();
+        if !st.gate.allows(&self.settings, active) {
+            return;
+        }
+        // Read the clock only for a message that can expire: most cannot, and
+        // dispatch runs on every publish and every ack.
+        let mut now: Option<u64> = None;
+        // Reused between calls: dispatch runs on every publish and every ack.
+        let mut starved = std::mem::take(&mut st.starved);
+        starved.clear();
+        starved.resize(st.consumers.len(), false);
+        // Consumers that already read from disk this pass.
+        let mut read_for: Vec<ConsumerId> = Vec::new();
+        while let Some(index) = st.consumers.next(&starved) {
+            let slot = &st.consumers.slots()[index];
+            let consumer = slot.id;
+            let pick = match &slot.filter {
+                Some(filter) => st.ready.pick_filtered(consumer, filter.as_ref()),
+                None => st.ready.pick_for(consumer),
+            };
+            let Some(pick) = pick else {
+                if !st.backlog.is_empty()
+                    && !read_for.contains(&consumer)
+                    && self.read_for(st, consumer, after) > 0
+                {
+                    read_for.push(consumer);
+                    continue;
+                }
+                starved[index] = true;
+                continue;
+            };
+            let owner = match &pick {
+                Pick::Lane(_, true) => Some(consumer),
+                Pick::Lane(_, false) | Pick::Ungrouped(_) => None,
+            };
+            let Some(entry) = st.ready.take(&pick, owner) else {
+                starved[index] = true;
+                continue;
+            };
+            if entry.message.expires_at.is_some()
+                && entry.message.is_expired_at(*now.get_or_insert_with(now_ms))
+            {
+                self.forget(&entry);
+                after.diverted.push((entry.message, Diversion::Expired));
+                continue;
+            }
+            if entry.avoid == Some(consumer) {
+                // Put it back for someone else; this consumer sits out this round.
+                st.ready.push(entry, owner);
+                starved[index] = true;
+                continue;
+            }
+            if !self.hand_over(st, index, entry, owner.is_some(), after) {
+                starved[index] = true;
+            }
+        }
+        st.starved = starved;
+    }
+
+    /// Gives a ready message to the consumer at `index`, binding its group if
+    /// it has no owner yet (`owned` false). Returns false if the consumer's
+    /// session is gone; the message is then back among the ready ones.
+    pub(super) fn hand_over(
+        self: &Arc<Self>,
+        st: &mut State,
+        index: usize,
+        mut entry: Entry,
+        owned: bool,
+        after: &mut AfterUnlock,
+    ) -> bool {
+        let consumer = st.consumers.slots()[index].id;
+        let mut group_first = false;
+        if let Some(lane) = &entry.lane {
+            if !owned {
+                st.set_owner(lane, Some(consumer));
+                group_first = true;
+            }
+            if entry.message.group_seq == Some(-1) {
+                st.set_owner(lane, None);
+            }
+        }
+        entry.delivery_count += 1;
+        let slot = &mut st.consumers.slots_mut()[index];
+        slot.credit -= 1;
+        let delivery = Delivery {
+            consumer,
+            queue: self.clone(),
+            seq: entry.seq,
+            message: entry.message.clone(),
+            delivery_count: entry.delivery_count,
+            group_first,
+        };
+        let sent = match slot.sink.push(delivery) {
+            Ok(wake) => {
+                if wake {
+                    after.wake(&slot.sink);
+                }
+                true
+            }
+            Err(_) => false,
+        };
+        st.consumers.served(index);
+        if sent {
+            st.flow.delivered();
+            st.in_flight.insert(entry.seq, InFlight { consumer, entry });
+        } else {
+            // The session is gone; it will remove the consumer shortly.
+            entry.delivery_count -= 1;
+            let owner = st.owner_of(&entry.lane);
+            st.ready.push(entry, owner);
+        }
+        sent
+    }
+
+    /// The consumer a new message of an owned group can go to straight away,
+    /// skipping the ready set: exactly where `dispatch` would put it. Dispatch
+    /// leaves no consumer with credit and something it could take, so an owner
+    /// with credit has nothing older waiting; the group itself must have
+    /// nothing waiting either (its order). Anything unusual takes the long way.
+    fn direct_owner(
+        &self,
+        st: &State,
+        lane: &str,
+        owner: ConsumerId,
+        message: &Message,
+    ) -> Option<usize> {
+        if self.settings.exclusive
+            || self.settings.consumers_before_dispatch > 0
+            || self.is_deleted()
+            || st.ready.has_lane(lane)
+            || st.ready.is_held(lane)
+            || (message.expires_at.is_some() && message.is_expired_at(now_ms()))
+        {
+            return None;
+        }
+        let index = st.consumers.index_of(owner)?;
+        let slot = &st.consumers.slots()[index];
+        (slot.credit > 0 && slot.filter.is_none() && !slot.is_browser()).then_some(index)
+    }
+
+    /// Keeps about half the memory limit of messages anyone may take in
+    /// memory: the oldest lanes on disk that are not bound to a consumer.
+    fn refill(&self, st: &mut State, after: &mut AfterUnlock) {
+        let target = (self.settings.max_memory_messages / 2).max(1);
+        while st.ready.len() < target {
+            let Some(lane) = st.backlog.next_lane(None, |l| is_held(st, l)) else {
+                return;
+            };
+            let want = target - st.ready.len();
+            if self.page_in(st, &lane, want, after) == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Reads from disk the next lane `consumer` may take (ungrouped, unbound,
+    /// or its own), up to its credit, even past the memory limit: those leave
+    /// memory again at once. Returns how many messages were read.
+    fn read_for(&self, st: &mut State, consumer: ConsumerId, after: &mut AfterUnlock) -> usize {
+        let ceiling = self.settings.max_memory_messages.max(1) * MEMORY_CEILING;
+        if st.ready.len() >= ceiling {
+            return 0;
+        }
+        let Some(lane) = st.backlog.next_lane(Some(consumer), |l| is_held(st, l)) else {
+            return 0;
+        };
+        let credit = st
+            .consumers
+            .slots()
+            .iter()
+            .find(|s| s.id == consumer)
+            .map_or(0, |s| s.credit as usize);
+        let half = (self.settings.max_memory_messages / 2).max(1);
+        let want = credit.clamp(1, half).min(ceiling - st.ready.len());
+        self.page_in(st, &lane, want, after)
+    }
+
+    /// Reads up to `want` messages of `lane` back from disk into memory.
+    fn page_in(
+        &self,
+        st: &mut State,
+        lane: &LaneKey,
+        want: usize,
+        after: &mut AfterUnlock,
+    ) -> usize {
+        let Some(run) = st.backlog.front(lane) else {
+            return 0;
+        };
+        let n = run.len.min(want.max(1) as u64);
+        let records =
+            match self
+                .store
+                .scan_message_range(self.id, run.start..run.start + n, n as usize)
+            {
+                Ok(records) => records,
+                Err(e) => {
+                    tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                    return 0;
+                }
+            };
+        // The writer applies a queue's writes in order: what is readable is a
+        // prefix of the run.
+        let readable = records
+            .iter()
+            .enumerate()
+            .take_while(|(i, (seq, _))| *seq == run.start + *i as u64)
+            .count();
+        if readable == 0 {
+            // The writer has not applied them yet; look again shortly.
+            after.retry_page_in |= !st.backlog.retry_scheduled;
+            st.backlog.retry_scheduled = true;
+            return 0;
+        }
+        st.backlog.consumed(lane, readable as u64);
+        let owner = st.owner_of(lane);
+        for (seq, record) in records.into_iter().take(readable) {
+            match persist::decode(record) {
+                Ok(stored) => st.ready.push(
+                    Entry {
+                        seq,
+                        message: Arc::new(stored.message),
+                        delivery_count: stored.delivery_count,
+                        persisted: true,
+                        lane: lane.clone(),
+                        avoid: None,
+                    },
+                    owner,
+                ),
+                Err(e) => {
+                    tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable paged message")
+                }
+            }
+        }
+        readable
+    }
+}
+
+fn is_held(st: &State, lane: &LaneKey) -> bool {
+    lane.as_deref().is_some_and(|l| st.ready.is_held(l))
+}

@@ -1,0 +1,103 @@
+//! `consumers_before_dispatch` / `delay_before_dispatch`, with Artemis's
+//! meaning: dispatch starts when enough consumers are attached or the delay,
+//! timed from the first consumer's arrival, has passed; then it stays on until
+//! the queue has no consumers at all.
+
+use crate::core::settings::QueueSettings;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Default)]
+pub struct DispatchGate {
+    open: bool,
+    /// When the first consumer of this round arrived.
+    first_at: Option<Instant>,
+}
+
+/// How long to wait for enough consumers: `None` without a time limit.
+fn dispatch_delay(settings: &QueueSettings) -> Option<Duration> {
+    settings.delay_before_dispatch
+}
+
+impl DispatchGate {
+    /// A consumer arrived; returns when to look again, if the wait has a limit.
+    pub fn consumer_added(&mut self, settings: &QueueSettings, now: Instant) -> Option<Instant> {
+        if settings.consumers_before_dispatch == 0 || self.open || self.first_at.is_some() {
+            return None;
+        }
+        self.first_at = Some(now);
+        dispatch_delay(settings)
+            .filter(|d| !d.is_zero())
+            .map(|d| now + d)
+    }
+
+    /// The queue has no consumers left: the next ones wait again.
+    pub fn all_consumers_left(&mut self) {
+        self.open = false;
+        self.first_at = None;
+    }
+
+    /// Whether dispatch may run with `consumers` attached.
+    pub fn allows(&mut self, settings: &QueueSettings, consumers: usize) -> bool {
+        if self.open || settings.consumers_before_dispatch == 0 {
+            return true;
+        }
+        self.open = consumers >= settings.consumers_before_dispatch as usize
+            || match (dispatch_delay(settings), self.first_at) {
+                (Some(delay), Some(first)) => delay.is_zero() || Instant::now() >= first + delay,
+                _ => false,
+            };
+        self.open
+    }
+
+    /// [`DispatchGate::allows`] without opening it (a look from the publish path).
+    pub fn is_open(&self, settings: &QueueSettings) -> bool {
+        self.open || settings.consumers_before_dispatch == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(count: u32, delay: Option<Duration>) -> QueueSettings {
+        QueueSettings {
+            consumers_before_dispatch: count,
+            delay_before_dispatch: delay,
+            ..QueueSettings::default()
+        }
+    }
+
+    #[test]
+    fn opens_at_the_count_and_stays_open_until_everyone_leaves() {
+        let s = settings(2, None);
+        let mut gate = DispatchGate::default();
+        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert!(!gate.allows(&s, 1));
+        assert!(gate.allows(&s, 2));
+        // One of the two leaves: still open.
+        assert!(gate.allows(&s, 1));
+        gate.all_consumers_left();
+        assert!(!gate.allows(&s, 1));
+    }
+
+    #[test]
+    fn the_delay_runs_from_the_first_consumer() {
+        let s = settings(3, Some(Duration::from_millis(30)));
+        let mut gate = DispatchGate::default();
+        let at = gate.consumer_added(&s, Instant::now());
+        assert!(at.is_some());
+        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert!(!gate.allows(&s, 2));
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(gate.allows(&s, 1));
+    }
+
+    #[test]
+    fn zero_does_not_wait_and_no_count_means_no_gate() {
+        let mut gate = DispatchGate::default();
+        let s = settings(2, Some(Duration::ZERO));
+        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert!(gate.allows(&s, 1));
+        assert!(DispatchGate::default().allows(&settings(0, None), 0));
+    }
+}

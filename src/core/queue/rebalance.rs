@@ -1,0 +1,60 @@
+//! `group_rebalance`: when a consumer joins, every group binding is released
+//! so groups spread over all consumers again (Artemis `group-rebalance`). With
+//! `group_rebalance_pause_dispatch` a group whose old owner still holds some of
+//! its messages waits until they are settled, so two consumers never hold the
+//! same group at once; only that group waits.
+
+use super::{InFlight, Queue, State, PAUSED};
+use crate::core::fast_map::FastMap;
+use std::sync::Arc;
+
+impl Queue {
+    pub(super) fn rebalance(&self, st: &mut State) {
+        let pause = self.settings.group_rebalance_pause_dispatch;
+        let mut busy: FastMap<Arc<str>, u32> = FastMap::default();
+        if pause {
+            for flight in st.in_flight.values() {
+                if let Some(lane) = &flight.entry.lane {
+                    *busy.entry(lane.clone()).or_default() += 1;
+                }
+            }
+        }
+        for (lane, owner) in st.groups.bindings() {
+            if owner == PAUSED {
+                continue;
+            }
+            match busy.remove(&lane) {
+                Some(count) => {
+                    st.set_owner(&lane, Some(PAUSED));
+                    st.paused_in_flight.insert(lane, count);
+                }
+                None => st.set_owner(&lane, None),
+            }
+        }
+    }
+}
+
+impl State {
+    /// Frees a paused group whose last delivery in flight this was.
+    pub(super) fn note_taken(&mut self, flight: InFlight) -> InFlight {
+        if self.paused_in_flight.is_empty() {
+            return flight;
+        }
+        if let Some(lane) = &flight.entry.lane {
+            let left = match self.paused_in_flight.get_mut(lane) {
+                Some(count) => {
+                    *count = count.saturating_sub(1);
+                    *count
+                }
+                None => return flight,
+            };
+            if left == 0 {
+                self.paused_in_flight.remove(lane);
+                if self.groups.owner(lane) == Some(PAUSED) {
+                    self.set_owner(lane, None);
+                }
+            }
+        }
+        flight
+    }
+}
