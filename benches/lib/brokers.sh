@@ -58,6 +58,19 @@ start_weir() {
   AMQP_URL[weir]="amqp://127.0.0.1:$amqp"
 }
 
+# A second Weir, from WEIR_BASE_BIN: a change measured against its base in one
+# run (`benches/compare --brokers "weir weir-base"`; the ratios are after/before).
+start_weir-base() {
+  local dir=$1 port amqp
+  [ -x "${WEIR_BASE_BIN:-}" ] || { echo "WEIR_BASE_BIN is not set to a weir binary" >"$dir.log"; return 1; }
+  mkdir -p "$dir"
+  port=$(free_port); amqp=$(free_port)
+  "$WEIR_BASE_BIN" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --log warn \
+    >"$dir/broker.log" 2>&1 &
+  register weir-base "$port" $! 30 || return 1
+  AMQP_URL[weir-base]="amqp://127.0.0.1:$amqp"
+}
+
 # Both relay ceilings in one process: STOMP, and AMQP 1.0 for the -amqp rows.
 start_sink() {
   local dir=$1 port amqp

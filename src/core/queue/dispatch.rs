@@ -166,7 +166,13 @@ impl Queue {
         starved.resize(st.consumers.len(), false);
         // Consumers that already read from disk this pass.
         let mut read_for: Vec<ConsumerId> = Vec::new();
-        while let Some(index) = st.consumers.next(&starved) {
+        loop {
+            if st.ready.is_empty() && st.backlog.is_empty() {
+                break;
+            }
+            let Some(index) = st.consumers.next(&starved) else {
+                break;
+            };
             let slot = &st.consumers.slots()[index];
             let consumer = slot.id;
             let pick = match &slot.filter {
