@@ -107,3 +107,49 @@ impl Flow {
         std::mem::take(&mut self.held)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_past_half_and_lets_go_at_a_quarter() {
+        let mut flow = Flow::default();
+        let (c, watch) = flow.hold_back(Completion::ready(), 4, 10, true);
+        assert!(c.is_ready() && !watch, "under half: not held");
+        let (c, watch) = flow.hold_back(Completion::ready(), 6, 10, false);
+        assert!(c.is_ready() && !watch, "no consumers: not held");
+        let (held, watch) = flow.hold_back(Completion::ready(), 6, 10, true);
+        assert!(!held.is_ready() && watch);
+        let (_held2, watch) = flow.hold_back(Completion::ready(), 7, 10, true);
+        assert!(!watch, "one watch at a time");
+        let mut out = Vec::new();
+        flow.drained(3, 10, false, &mut out);
+        assert!(out.is_empty(), "above a quarter: still held");
+        flow.drained(2, 10, false, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(flow.len(), 0);
+    }
+
+    #[test]
+    fn stalled_consumers_release_and_stop_holding_until_they_move() {
+        let mut flow = Flow::default();
+        let (_held, _) = flow.hold_back(Completion::ready(), 6, 10, true);
+        let mut seen = flow.progress();
+        flow.delivered();
+        assert!(matches!(flow.watch(&mut seen), Watch::Again));
+        match flow.watch(&mut seen) {
+            Watch::Release(held) => assert_eq!(held.len(), 1),
+            _ => panic!("no progress: the held sends go"),
+        }
+        let (c, _) = flow.hold_back(Completion::ready(), 6, 10, true);
+        assert!(
+            c.is_ready(),
+            "not held again while the consumers stay stalled"
+        );
+        flow.delivered();
+        let (c, _) = flow.hold_back(Completion::ready(), 6, 10, true);
+        assert!(!c.is_ready(), "held again once they move");
+        assert!(matches!(Flow::default().watch(&mut 0), Watch::Stop));
+    }
+}
