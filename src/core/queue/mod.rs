@@ -16,6 +16,7 @@ use super::error::CoreError;
 use super::grouping::GroupTable;
 use super::message::{now_ms, Message};
 use super::persist;
+use super::receipt::Receipt;
 use super::settings::QueueSettings;
 use crate::core::fast_map::FastMap;
 use crate::store::{Completion, Hold, MessageKey, Op, Record, Store};
@@ -650,12 +651,19 @@ impl Queue {
     }
 
     /// Acknowledges deliveries: they leave the queue for good.
-    pub fn ack(
-        self: &Arc<Self>,
-        consumer: ConsumerId,
-        seqs: &[u64],
-    ) -> Result<Completion, CoreError> {
+    pub fn ack(self: &Arc<Self>, consumer: ConsumerId, seqs: &[u64]) -> Result<Receipt, CoreError> {
         self.ack_locked(self.state.lock(), consumer, seqs)
+            .map(Receipt::from)
+    }
+
+    /// Whether `seq` is in flight to `consumer`, so that settling it would
+    /// succeed: a transaction checks every settlement before applying any.
+    pub fn is_outstanding(&self, consumer: ConsumerId, seq: u64) -> bool {
+        self.state
+            .lock()
+            .in_flight
+            .get(&seq)
+            .is_some_and(|f| f.consumer == consumer)
     }
 
     /// [`ack`](Self::ack) if the queue is free right now; `None` when another
