@@ -219,6 +219,27 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
             &key.field("default_prefetch"),
         )?)
         .unwrap_or(u32::MAX),
+        max_transaction_ops: to_usize(ranged(
+            raw.max_transaction_ops,
+            100_000,
+            1,
+            100_000_000,
+            &key.field("max_transaction_ops"),
+        )?),
+        max_transaction_bytes: to_usize(ranged_size(
+            raw.max_transaction_bytes.as_ref(),
+            64 * MIB,
+            1024,
+            64 * GIB,
+            &key.field("max_transaction_bytes"),
+        )?),
+        max_open_transactions: to_usize(ranged(
+            raw.max_open_transactions,
+            64,
+            1,
+            1_000_000,
+            &key.field("max_open_transactions"),
+        )?),
     })
 }
 

@@ -106,6 +106,12 @@ pub struct Limits {
     pub heartbeat: Duration,
     /// Broker-wide consumer window; the base of every queue's `default_prefetch`.
     pub default_prefetch: u32,
+    /// Sends and acknowledgements one transaction may hold.
+    pub max_transaction_ops: usize,
+    /// Bytes of messages one transaction may hold.
+    pub max_transaction_bytes: usize,
+    /// Transactions one connection may have open at once.
+    pub max_open_transactions: usize,
 }
 
 #[derive(Clone, PartialEq, Eq)]

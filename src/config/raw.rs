@@ -86,6 +86,9 @@ pub(super) struct RawLimits {
     pub max_connections: Option<u64>,
     pub heartbeat: Option<RawDuration>,
     pub default_prefetch: Option<u64>,
+    pub max_transaction_ops: Option<u64>,
+    pub max_transaction_bytes: Option<RawSize>,
+    pub max_open_transactions: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

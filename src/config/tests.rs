@@ -139,6 +139,18 @@ fn value_errors_name_the_key() {
             "config: limits.max_message_size: \"10XB\" is not a size (use e.g. 65536, 64KiB, 10MiB)",
         ),
         (
+            "[limits]\nmax_transaction_ops = 0",
+            "config: limits.max_transaction_ops: must be between 1 and 100000000",
+        ),
+        (
+            "[limits]\nmax_transaction_bytes = 100",
+            "config: limits.max_transaction_bytes: must be between 1024 and 68719476736",
+        ),
+        (
+            "[limits]\nmax_open_transactions = 0",
+            "config: limits.max_open_transactions: must be between 1 and 1000000",
+        ),
+        (
             "[limits]\nheartbeat = \"50ms\"",
             "config: limits.heartbeat: must be 0 or between 100ms and 1h",
         ),
@@ -461,4 +473,20 @@ fn worker_threads_default_to_half_the_cores() {
         load("[broker]\nworker_threads = 3").broker().worker_threads,
         3
     );
+}
+
+#[test]
+fn transaction_limits_are_read_and_default_to_the_core_defaults() {
+    let core = crate::core::TransactionLimits::default();
+    let c = load("");
+    assert_eq!(c.limits().max_transaction_ops, core.max_ops);
+    assert_eq!(c.limits().max_transaction_bytes, core.max_bytes);
+    assert_eq!(c.limits().max_open_transactions, core.max_open);
+    let c = load(
+        "[limits]\nmax_transaction_ops = 10\nmax_transaction_bytes = \"1MiB\"\n\
+         max_open_transactions = 2",
+    );
+    assert_eq!(c.limits().max_transaction_ops, 10);
+    assert_eq!(c.limits().max_transaction_bytes, 1 << 20);
+    assert_eq!(c.limits().max_open_transactions, 2);
 }

@@ -9,6 +9,7 @@ use super::fast_map::FastDashMap;
 use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
+use super::receipt::Receipt;
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -197,34 +198,40 @@ impl Broker {
         ))
     }
 
-    /// Routes a message. The completion resolves when every durable copy is on disk.
-    pub fn publish(&self, message: Message, routing: RoutingType) -> Result<Completion, CoreError> {
+    /// Routes a message. The receipt resolves when every durable copy is on disk.
+    pub fn publish(&self, message: Message, routing: RoutingType) -> Result<Receipt, CoreError> {
         match routing {
             RoutingType::Anycast => {
                 let queue = self.queue_or_create(&message.address, false)?;
                 self.publish_to(&queue, message)
             }
             RoutingType::Multicast => {
-                let Some(topic) = self.inner.topics.get(&*message.address).map(|t| t.clone())
-                else {
+                if !self.inner.topics.contains_key(&*message.address) {
                     // Nobody subscribed: a topic keeps nothing, as in JMS.
                     validate_name(&message.address)?;
-                    return Ok(Completion::ready());
-                };
-                let subscribers = topic.subscribers.read().clone();
-                let mut message = message;
-                self.resolve_delay(
-                    &mut message,
-                    &self.settings_for(&message_address(&subscribers)),
-                )?;
-                let shared = Arc::new(message);
-                let mut last = Completion::ready();
-                for queue in &subscribers {
-                    last = self.enqueue(queue, shared.clone(), 0);
+                    return Ok(Receipt::ready());
                 }
-                Ok(last)
+                let mut message = message;
+                let settings = self.settings_for(&message.address);
+                self.resolve_delay(&mut message, &settings)?;
+                Ok(self.fan_out(message))
             }
         }
+    }
+
+    /// A copy of a checked message (see [`Broker::publish`]) for every
+    /// subscriber of its topic; nothing when nobody subscribed, as in JMS.
+    pub(super) fn fan_out(&self, message: Message) -> Receipt {
+        let Some(topic) = self.inner.topics.get(&*message.address).map(|t| t.clone()) else {
+            return Receipt::ready();
+        };
+        let subscribers = topic.subscribers.read().clone();
+        let shared = Arc::new(message);
+        let mut last = Receipt::ready();
+        for queue in &subscribers {
+            last = self.enqueue(queue, shared.clone(), 0);
+        }
+        last
     }
 
     /// Sends straight to a known queue (anonymous relay, internal moves).
@@ -232,10 +239,16 @@ impl Broker {
         &self,
         queue: &Arc<Queue>,
         mut message: Message,
-    ) -> Result<Completion, CoreError> {
+    ) -> Result<Receipt, CoreError> {
         // In place: a message is a few hundred bytes, moved on every hand-over.
         self.resolve_delay(&mut message, queue.settings())?;
         Ok(self.enqueue(queue, Arc::new(message), 0))
+    }
+
+    /// [`Broker::publish_to`] for a message whose delay was resolved already
+    /// (a committed transaction's): nothing left that can be refused.
+    pub(super) fn publish_checked(&self, queue: &Arc<Queue>, message: Message) -> Receipt {
+        self.enqueue(queue, Arc::new(message), 0)
     }
 
     /// [`Broker::publish_to`] for messages read together: those due now go
@@ -246,7 +259,7 @@ impl Broker {
         &self,
         queue: &Arc<Queue>,
         messages: impl IntoIterator<Item = Arc<Message>>,
-    ) -> Vec<Result<Completion, CoreError>> {
+    ) -> Vec<Result<Receipt, CoreError>> {
         let messages = messages.into_iter();
         let mut results = Vec::with_capacity(messages.size_hint().0);
         let mut now = Vec::with_capacity(messages.size_hint().0);
@@ -265,40 +278,39 @@ impl Broker {
                 continue;
             }
             now_at.push(results.len());
-            results.push(Ok(Completion::ready()));
+            results.push(Ok(Receipt::ready()));
             now.push(message);
         }
         let mut completions = Vec::with_capacity(now.len());
         queue.publish_all(now, &mut completions);
         for (at, completion) in now_at.into_iter().zip(completions) {
-            results[at] = Ok(completion);
+            results[at] = Ok(Receipt::from(completion));
         }
         results
     }
 
-    fn enqueue(
-        &self,
-        queue: &Arc<Queue>,
-        message: Arc<Message>,
-        delivery_count: u32,
-    ) -> Completion {
+    fn enqueue(&self, queue: &Arc<Queue>, message: Arc<Message>, delivery_count: u32) -> Receipt {
         if let Some(due) = message.due_at {
             if due > now_ms() {
                 if message.expires_at.is_some_and(|exp| exp <= due) {
                     // Expires before it is due: never delivered (Zaqar's ttl < delay).
                     self.inner.divert(queue, message, Diversion::Expired);
-                    return Completion::ready();
+                    return Receipt::ready();
                 }
                 if let Some(scheduler) = self.inner.scheduler.read().clone() {
-                    return scheduler.schedule(queue, message, delivery_count, None);
+                    return scheduler
+                        .schedule(queue, message, delivery_count, None)
+                        .into();
                 }
             }
         }
-        queue.publish_counted(message, delivery_count)
+        queue.publish_counted(message, delivery_count).into()
     }
 
-    /// Applies the queue's default delay and the maximum (Zaqar's delayed queues).
-    fn resolve_delay(
+    /// Applies the queue's default delay and the maximum (Zaqar's delayed
+    /// queues). Applied again to its result it changes nothing: the delay
+    /// left only shrinks.
+    pub(super) fn resolve_delay(
         &self,
         message: &mut Message,
         settings: &QueueSettings,
@@ -562,14 +574,7 @@ fn queue_record(id: u32, topic: Option<&str>) -> Bytes {
     record.freeze()
 }
 
-fn message_address(subscribers: &[Arc<Queue>]) -> String {
-    subscribers
-        .first()
-        .map(|q| q.name().split("::").next().unwrap_or_default().to_owned())
-        .unwrap_or_default()
-}
-
-fn validate_name(name: &str) -> Result<(), CoreError> {
+pub(super) fn validate_name(name: &str) -> Result<(), CoreError> {
     let bad = name.is_empty()
         || name.len() > 255
         || name.contains("::")

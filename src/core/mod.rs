@@ -14,14 +14,18 @@ pub mod names;
 pub mod persist;
 pub mod properties;
 pub mod queue;
+pub mod receipt;
 pub mod schedule;
 pub mod selector;
 pub mod settings;
+pub mod transaction;
 
 pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};
 pub use consumer::{ConsumerOptions, CreditMode, Delivery, Release};
 pub use error::CoreError;
 pub use message::{Message, Value};
+pub use receipt::Receipt;
+pub use transaction::{Settlement, Target, TransactionError, TransactionLimits, Transactions};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -3,7 +3,7 @@
 use super::*;
 use crate::core::deliveries::{self, Deliveries};
 use crate::core::settings::QueueSettings;
-use crate::store::{Completion, Store, StoreOptions};
+use crate::store::{Store, StoreOptions};
 use std::sync::Arc;
 
 /// A broker over a fresh store in `dir` (also used by protocol unit tests).
@@ -589,7 +589,7 @@ fn one_slow_consumer(
     broker: &Broker,
     queue: &str,
     count: usize,
-) -> (Subscription, Deliveries, Vec<Completion>) {
+) -> (Subscription, Deliveries, Vec<Receipt>) {
     let (tx, rx) = deliveries::channel();
     let consumer = broker
         .subscribe(queue, RoutingType::Anycast, window(1), tx)
@@ -624,7 +624,7 @@ async fn producers_wait_for_consumers_that_fall_behind_but_not_for_an_empty_room
     let held: Vec<bool> = sends.iter().map(|s| !s.is_ready()).collect();
     assert_eq!(held, vec![false, false, false, false, true, true]);
     let mut held_sends: Vec<_> = sends.into_iter().skip(4).collect();
-    let still_held = |c: Completion| async move {
+    let still_held = |c: Receipt| async move {
         tokio::time::timeout(std::time::Duration::from_millis(10), c.wait())
             .await
             .is_err()

@@ -7,7 +7,7 @@ use crate::config::{self, Config, Listener, Protocol};
 use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
-use crate::core::{Broker, BrokerOptions, CoreError};
+use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
@@ -108,6 +108,7 @@ fn stomp_options(config: &Config) -> StompOptions {
             max_header_length: limits.max_header_length,
         },
         heartbeat: limits.heartbeat,
+        transactions: transaction_limits(limits),
         ..StompOptions::default()
     }
 }
@@ -120,7 +121,16 @@ fn amqp_options(config: &Config, containers: ContainerRegistry) -> AmqpOptions {
         // AMQP's idle timeout is the deadline, peers heart-beat at half of it.
         idle_timeout: limits.heartbeat * 2,
         containers,
+        transactions: transaction_limits(limits),
         ..AmqpOptions::default()
+    }
+}
+
+fn transaction_limits(limits: &config::Limits) -> TransactionLimits {
+    TransactionLimits {
+        max_ops: limits.max_transaction_ops,
+        max_bytes: limits.max_transaction_bytes,
+        max_open: limits.max_open_transactions,
     }
 }
 

@@ -11,17 +11,15 @@ use super::{Diversion, InFlight, Queue, State};
 use crate::core::consumer::{ConsumerId, CreditMode, Release};
 use crate::core::error::CoreError;
 use crate::core::message::now_ms;
+use crate::core::receipt::Receipt;
 use crate::store::{Completion, MessageKey, Op};
 use std::sync::{Arc, MutexGuard};
 
 impl Queue {
     /// Acknowledges deliveries: they leave the queue for good.
-    pub fn ack(
-        self: &Arc<Self>,
-        consumer: ConsumerId,
-        seqs: &[u64],
-    ) -> Result<Completion, CoreError> {
+    pub fn ack(self: &Arc<Self>, consumer: ConsumerId, seqs: &[u64]) -> Result<Receipt, CoreError> {
         self.ack_locked(self.state.lock(), consumer, seqs)
+            .map(Receipt::from)
     }
 
     /// [`ack`](Self::ack) if the queue is free right now; `None` when another
@@ -92,9 +90,9 @@ impl Queue {
         result
     }
 
-    /// Whether `consumer` holds delivery `seq` unsettled (a transaction checks
-    /// its acknowledgements before it commits).
-    pub fn holds(&self, consumer: ConsumerId, seq: u64) -> bool {
+    /// Whether `seq` is in flight to `consumer`, so that settling it would
+    /// succeed: a transaction checks every settlement before applying any.
+    pub fn is_outstanding(&self, consumer: ConsumerId, seq: u64) -> bool {
         self.state
             .lock()
             .in_flight

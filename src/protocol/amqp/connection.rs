@@ -7,7 +7,7 @@
 //! (a transfer held back by flow control, a transaction) runs as a future in
 //! [`Ctx::waiting`]. Both come back as dispositions.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 
 use super::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
 use super::definitions::{AmqpError, DeliveryState};
@@ -16,7 +16,6 @@ use super::handshake::{self, HandshakeError};
 use super::outgoing::Outgoing;
 use super::performatives::{Close, Open, Performative};
 use super::session::{Session, SessionError};
-use super::txn::Transactions;
 use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::deliveries::WakeBatch;
@@ -24,8 +23,8 @@ use crate::core::factory::ConnectionFactory;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
-use crate::core::Broker;
-use crate::store::{StoreError, Written};
+use crate::core::receipt::Written;
+use crate::core::{Broker, CoreError, TransactionLimits, Transactions};
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
@@ -61,6 +60,8 @@ pub struct AmqpOptions {
     pub handshake_timeout: Duration,
     /// Container ids of open connections that asked to be the only one for their container.
     pub containers: ContainerRegistry,
+    /// What transactions may hold (`[limits]`).
+    pub transactions: TransactionLimits,
 }
 
 impl Default for AmqpOptions {
@@ -74,6 +75,7 @@ impl Default for AmqpOptions {
             connection_factory: None,
             handshake_timeout: Duration::from_secs(10),
             containers: ContainerRegistry::default(),
+            transactions: TransactionLimits::default(),
         }
     }
 }
@@ -135,7 +137,7 @@ pub struct WaitingWrite {
 /// The outcome of the oldest waiting write, once the disk has answered.
 fn oldest_written(
     queue: &mut VecDeque<WaitingWrite>,
-) -> impl std::future::Future<Output = Result<(), Arc<StoreError>>> + '_ {
+) -> impl std::future::Future<Output = Result<(), CoreError>> + '_ {
     std::future::poll_fn(move |cx| match queue.front_mut() {
         Some(w) => std::future::Future::poll(std::pin::Pin::new(&mut w.written), cx),
         None => std::task::Poll::Pending,
@@ -163,7 +165,9 @@ pub struct Ctx {
     /// Transfers waiting for nothing but their disk write, oldest first: the store
     /// answers in submission order, so only the front is polled.
     pub written: VecDeque<WaitingWrite>,
-    pub txns: Transactions,
+    /// Open transactions by id (see `txn`); ids come from `declared`.
+    pub txns: Transactions<Bytes>,
+    pub declared: u64,
     /// The peer's frame limit.
     pub remote_max_frame: u32,
     /// A link told the core to drain: what the core dispatched is in our channel
@@ -267,7 +271,8 @@ where
             consumers: FastMap::default(),
             waiting: FuturesUnordered::new(),
             written: VecDeque::new(),
-            txns: Transactions::default(),
+            txns: Transactions::new(options.transactions),
+            declared: 0,
             remote_max_frame: u32::MAX,
             drains_pending: false,
             pending_acks: PendingAcks::default(),
@@ -526,7 +531,7 @@ where
     }
 
     /// The oldest waiting write is on disk (or failed): settle its transfer.
-    fn written(&mut self, result: Result<(), Arc<StoreError>>) {
+    fn written(&mut self, result: Result<(), CoreError>) {
         let Some(w) = self.cx.written.pop_front() else {
             return;
         };
@@ -698,9 +703,10 @@ where
         // Messages received whole are published even as the connection ends.
         self.flush_sends();
         self.cx.pending_acks.apply();
+        // Nothing of an undischarged transaction happens; what it settled comes back.
+        self.cx.txns.rollback_all();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.cx);
         }
-        self.cx.txns.rollback_all();
     }
 }

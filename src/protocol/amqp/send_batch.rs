@@ -6,15 +6,14 @@
 
 use crate::core::message::Message;
 use crate::core::queue::Queue;
-use crate::core::{Broker, CoreError};
-use crate::store::Completion;
+use crate::core::{Broker, CoreError, Receipt};
 use std::sync::Arc;
 
 /// A delivery the peer sent: its id and whether the peer settled it.
 pub type Sent = (u32, bool);
 
 /// What publishing a batch gave: each delivery with its result, in order.
-pub type Published = (Vec<Sent>, Vec<Result<Completion, CoreError>>);
+pub type Published = (Vec<Sent>, Vec<Result<Receipt, CoreError>>);
 
 #[derive(Default)]
 pub struct SendBatch {

@@ -12,14 +12,13 @@ use super::outgoing::{DeliveryStart, Placed};
 use super::performatives::{Begin, Detach, Disposition, End, Flow, Performative, Transfer};
 use super::send_batch::SendBatch;
 use super::terminus;
-use super::txn::{Dest, HeldAck};
+use super::txn::{self, Dest, RefusedTransfer};
 use super::{AmqpFrame, Declare, Discharge, Frame};
-use crate::core::consumer::{ConsumerId, Delivery, Release};
+use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::Queue;
-use crate::core::CoreError;
-use crate::store::{Completion, StoreError};
+use crate::core::{CoreError, Receipt, Settlement, TransactionError};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -472,6 +471,11 @@ impl Session {
             partial.settled = true;
         }
         if partial.buf.len() as u64 + payload.len() as u64 > max {
+            refuse_in(
+                cx,
+                partial.txn.as_ref(),
+                format!("message larger than {max} bytes"),
+            );
             self.detach_with_error(
                 cx,
                 handle,
@@ -509,6 +513,7 @@ impl Session {
     ) {
         if payload.len() as u64 > cx.options.max_message_size {
             let max = cx.options.max_message_size;
+            refuse_in(cx, txn.as_ref(), format!("message larger than {max} bytes"));
             self.detach_with_error(
                 cx,
                 handle,
@@ -520,6 +525,12 @@ impl Session {
             return;
         }
         let outcome = self.accept_message(cx, handle, delivery_id, settled, txn.as_ref(), payload);
+        if let (Some(DeliveryState::Rejected { error }), Some(_)) = (&outcome, &txn) {
+            // Refused before it reached its transaction: the transaction is doomed.
+            let why = error.as_ref().and_then(|e| e.description.as_ref());
+            let why = why.map(|d| d.as_str().to_owned()).unwrap_or_default();
+            refuse_in(cx, txn.as_ref(), why);
+        }
         self.refill(cx, handle);
         let Some(state) = outcome else { return };
         if !settled {
@@ -610,12 +621,20 @@ impl Session {
             convert::stamp_group(&mut message);
         }
         if let Some(txn) = txn {
-            return Some(match cx.txns.send(txn, message, dest.to_owned()) {
-                Ok(()) => DeliveryState::TransactionalState {
-                    txn_id: txn.clone(),
-                    outcome: Some(Box::new(DeliveryState::Accepted)),
-                },
-                Err(_) => rejected(condition::TRANSACTION_UNKNOWN_ID, "unknown transaction"),
+            let outcome = match cx.txns.send(&cx.broker, txn, message, dest.target()) {
+                Ok(()) => DeliveryState::Accepted,
+                Err(TransactionError::Unknown) => {
+                    return Some(rejected(
+                        condition::TRANSACTION_UNKNOWN_ID,
+                        "unknown transaction",
+                    ))
+                }
+                // The transaction is doomed: its discharge will fail with this.
+                Err(e) => rejected(txn::condition_of(&e), &e.to_string()),
+            };
+            return Some(DeliveryState::TransactionalState {
+                txn_id: txn.clone(),
+                outcome: Some(Box::new(outcome)),
             });
         }
         let routing = match dest {
@@ -661,7 +680,7 @@ impl Session {
         cx: &mut Ctx,
         delivery_id: u32,
         settled: bool,
-        result: Result<Completion, CoreError>,
+        result: Result<Receipt, CoreError>,
     ) -> Option<DeliveryState> {
         match result {
             Err(e) => Some(core_rejection(&e)),
@@ -673,7 +692,7 @@ impl Session {
         }
     }
 
-    fn wait_then_settle(&mut self, cx: &mut Ctx, delivery_id: u32, c: Completion) {
+    fn wait_then_settle(&mut self, cx: &mut Ctx, delivery_id: u32, c: Receipt) {
         let (channel, generation) = (self.channel, self.generation);
         let c = match c.into_written() {
             Ok(written) => {
@@ -720,8 +739,10 @@ impl Session {
             ));
         };
         if Declare::from_value(value).is_ok() {
-            return Some(DeliveryState::Declared {
-                txn_id: cx.txns.declare(),
+            let id = txn::next_id(&mut cx.declared);
+            return Some(match cx.txns.begin(id.clone()) {
+                Ok(()) => DeliveryState::Declared { txn_id: id },
+                Err(e) => rejected(txn::condition_of(&e), &e.to_string()),
             });
         }
         let Ok(discharge) = Discharge::from_value(value) else {
@@ -730,17 +751,23 @@ impl Session {
                 "neither declare nor discharge",
             ));
         };
-        match cx
-            .txns
-            .discharge(&cx.broker, &discharge.txn_id, discharge.fail)
-        {
-            Err(_) => Some(rejected(
+        let id = &discharge.txn_id;
+        let committed = match discharge.fail {
+            true => cx.txns.rollback(id).map(|()| Receipt::ready()),
+            false => cx.txns.commit(&cx.broker, id),
+        };
+        match committed {
+            Err(TransactionError::Unknown) => Some(rejected(
                 condition::TRANSACTION_UNKNOWN_ID,
                 "unknown transaction",
             )),
-            Ok(Err(e)) => Some(rejected(condition::TRANSACTION_ROLLBACK, &e.to_string())),
-            Ok(Ok(c)) if settled || c.is_ready() => Some(DeliveryState::Accepted),
-            Ok(Ok(c)) => {
+            // Nothing of it took effect; what it settled goes back for redelivery.
+            Err(e) => Some(rejected(
+                condition::TRANSACTION_ROLLBACK,
+                &format!("transaction rolled back: {e}"),
+            )),
+            Ok(c) if settled || c.is_ready() => Some(DeliveryState::Accepted),
+            Ok(c) => {
                 self.wait_then_settle(cx, delivery_id, c);
                 None
             }
@@ -768,17 +795,12 @@ impl Session {
             if let Some(u) = self.unsettled.remove(&id) {
                 match state {
                     DeliveryState::TransactionalState { txn_id, outcome } => {
-                        let ack = HeldAck {
-                            queue: u.queue,
-                            consumer: u.consumer,
-                            seq: u.seq,
-                            outcome: outcome
-                                .as_deref()
-                                .cloned()
-                                .unwrap_or(DeliveryState::Accepted),
-                        };
-                        if let Err(ack) = cx.txns.settle(txn_id, ack) {
-                            apply_outcome(&ack.queue, ack.consumer, ack.seq, &ack.outcome);
+                        let outcome = outcome.as_deref().unwrap_or(&DeliveryState::Accepted);
+                        let how = txn::settlement(outcome);
+                        // Held otherwise (a doomed transaction returns it at its end).
+                        let held = cx.txns.settle(txn_id, &u.queue, u.consumer, u.seq, how);
+                        if let Err(TransactionError::Unknown) = held {
+                            apply_outcome(&u.queue, u.consumer, u.seq, outcome);
                         }
                     }
                     DeliveryState::Accepted => {
@@ -855,26 +877,27 @@ pub fn apply_outcome(
     consumer: ConsumerId,
     seq: u64,
     outcome: &DeliveryState,
-) -> Option<Completion> {
-    let how = match outcome {
-        DeliveryState::Accepted => return queue.ack(consumer, &[seq]).ok(),
-        DeliveryState::Rejected { .. } => Release::Reject,
-        DeliveryState::Modified {
-            undeliverable_here: true,
-            ..
-        } => Release::NotHere,
-        DeliveryState::Modified {
-            delivery_failed: true,
-            ..
-        } => Release::Failed,
-        _ => Release::Unused,
-    };
-    let _ = queue.release(consumer, seq, how);
-    None
+) -> Option<Receipt> {
+    match txn::settlement(outcome) {
+        Settlement::Ack => queue.ack(consumer, &[seq]).ok(),
+        Settlement::Release(how) => {
+            let _ = queue.release(consumer, seq, how);
+            None
+        }
+    }
+}
+
+/// Dooms the transaction a transfer belonged to, when it was refused before
+/// reaching it.
+fn refuse_in(cx: &mut Ctx, txn: Option<&Bytes>, why: String) {
+    if let Some(id) = txn {
+        let refused = TransactionError::Protocol(Arc::new(RefusedTransfer(why)));
+        let _ = cx.txns.refuse(id, refused);
+    }
 }
 
 /// How a transfer is settled once its disk write is done (or failed).
-pub fn write_outcome(result: Result<(), Arc<StoreError>>) -> DeliveryState {
+pub fn write_outcome(result: Result<(), CoreError>) -> DeliveryState {
     match result {
         Ok(()) => DeliveryState::Accepted,
         Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),

@@ -13,9 +13,11 @@ use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::PendingAcks;
 use crate::core::selector::Selector;
-use crate::core::{Broker, CoreError, Message, RoutingType, Subscription};
+use crate::core::{
+    Broker, CoreError, Receipt, RoutingType, Settlement, Subscription, Target, TransactionError,
+    TransactionLimits, Transactions,
+};
 use crate::protocol::write_parts::WriteParts;
-use crate::store::Completion;
 use futures_util::stream::FuturesOrdered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
@@ -44,8 +46,8 @@ pub struct StompOptions {
     pub connect_timeout: Duration,
     /// Uncompleted receipts before we stop reading from the client.
     pub max_pending_receipts: usize,
-    /// Operations one transaction may hold.
-    pub max_transaction_ops: usize,
+    /// What transactions may hold (`[limits]`).
+    pub transactions: TransactionLimits,
     pub server_name: String,
     /// The connection factory of the acceptor, if it names one; a CONNECT
     /// `host` naming a factory overrides it.
@@ -59,7 +61,7 @@ impl Default for StompOptions {
             heartbeat: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(30),
             max_pending_receipts: 10_000,
-            max_transaction_ops: 100_000,
+            transactions: TransactionLimits::default(),
             server_name: format!("weir/{}", env!("CARGO_PKG_VERSION")),
             connection_factory: None,
         }
@@ -77,6 +79,10 @@ enum SessionError {
     Core(#[from] CoreError),
     #[error("{0}")]
     Protocol(String),
+    #[error("transaction '{0}': {1}")]
+    Transaction(String, TransactionError),
+    #[error("transaction '{0}' rolled back: {1}")]
+    RolledBack(String, TransactionError),
     #[error("authentication failed: {0}")]
     Auth(String),
     #[error("no common version: this server speaks 1.0, 1.1 and 1.2")]
@@ -102,12 +108,6 @@ struct Sub {
     group_first_key: Option<String>,
 }
 
-enum TxOp {
-    Send(Box<Message>, RoutingType),
-    Ack(ConsumerId, Vec<u64>),
-    Nack(ConsumerId, Vec<u64>),
-}
-
 type PendingReceipt = std::pin::Pin<
     Box<dyn std::future::Future<Output = (Option<String>, Result<(), CoreError>)> + Send>,
 >;
@@ -126,13 +126,13 @@ struct Session<S> {
     deliveries: crate::core::deliveries::Deliveries,
     subs: HashMap<String, Sub>,
     sub_of_consumer: FastMap<ConsumerId, String>,
-    transactions: HashMap<String, Vec<TxOp>>,
+    transactions: Transactions<String>,
     receipts: FuturesOrdered<PendingReceipt>,
     /// Receipts that need no wait, written right after the frame that asked,
     /// so e.g. a SUBSCRIBE's receipt precedes the messages it brings.
     ready_receipts: Vec<String>,
     /// The newest durable write no receipt asked about (see `receipt_after`).
-    unconfirmed: Option<Completion>,
+    unconfirmed: Option<Receipt>,
     delivery_counter: u64,
     /// The ack id of the MESSAGE frame being written (kept to reuse its allocation).
     ack_id: String,
@@ -175,6 +175,7 @@ where
     let framed = Framed::with_capacity(io, StompCodec::new(options.limits), 64 * 1024);
     let (deliveries_tx, deliveries) = crate::core::deliveries::channel();
     let now = Instant::now();
+    let transactions = Transactions::new(options.transactions);
     let mut session = Session {
         broker,
         options,
@@ -185,7 +186,7 @@ where
         deliveries,
         subs: HashMap::new(),
         sub_of_consumer: FastMap::default(),
-        transactions: HashMap::new(),
+        transactions,
         receipts: FuturesOrdered::new(),
         ready_receipts: Vec::new(),
         unconfirmed: None,
@@ -214,6 +215,8 @@ where
     }
     // Messages written in auto mode are consumed, even if their ack waited.
     session.pending_acks.apply();
+    // Nothing of an uncommitted transaction happens; what it acknowledged comes back.
+    session.transactions.rollback_all();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
     session.subs.clear();
 }
@@ -507,7 +510,7 @@ where
     /// Answers DISCONNECT only after everything before it is settled on disk.
     async fn disconnect(&mut self, receipt: Option<String>) -> Result<(), SessionError> {
         if let Some(completion) = self.unconfirmed.take() {
-            completion.wait().await.map_err(CoreError::from)?;
+            completion.wait().await?;
         }
         while let Some((r, result)) = self.receipts.next().await {
             result?;
@@ -537,28 +540,27 @@ where
             Command::Ack | Command::Nack => self.on_ack(&frame, receipt)?,
             Command::Begin => {
                 let tx = required(&frame, "transaction")?;
-                if self.transactions.contains_key(tx) {
-                    return Err(SessionError::Protocol(format!(
-                        "transaction '{tx}' already started"
-                    )));
-                }
-                self.transactions.insert(tx.to_owned(), Vec::new());
+                self.transactions
+                    .begin(tx.to_owned())
+                    .map_err(|e| SessionError::Transaction(tx.to_owned(), e))?;
                 self.receipt_now(receipt);
             }
             Command::Commit => {
                 let tx = required(&frame, "transaction")?;
-                let ops = self
-                    .transactions
-                    .remove(tx)
-                    .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
-                let completion = self.apply(ops)?;
-                self.receipt_after(receipt, completion);
+                match self.transactions.commit(&self.broker, tx) {
+                    Ok(done) => self.receipt_after(receipt, done),
+                    Err(e @ TransactionError::Unknown) => {
+                        return Err(SessionError::Transaction(tx.to_owned(), e))
+                    }
+                    // Nothing of it took effect; the ERROR carries the COMMIT's receipt-id.
+                    Err(e) => return Err(SessionError::RolledBack(tx.to_owned(), e)),
+                }
             }
             Command::Abort => {
                 let tx = required(&frame, "transaction")?;
                 self.transactions
-                    .remove(tx)
-                    .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
+                    .rollback(tx)
+                    .map_err(|e| SessionError::Transaction(tx.to_owned(), e))?;
                 self.receipt_now(receipt);
             }
             // Taken by `read_batch`, which waits for the disk first.
@@ -581,7 +583,15 @@ where
             convert::message_from_send(frame, &dest, convert::now(), &mut self.names)?;
         self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
-            return self.in_transaction(tx, TxOp::Send(Box::new(message), dest.routing), receipt);
+            // Any other refusal dooms the transaction; its COMMIT reports it.
+            let target = Target::Routed(dest.routing);
+            if let Err(e @ TransactionError::Unknown) =
+                self.transactions.send(&self.broker, tx, message, target)
+            {
+                return Err(SessionError::Transaction(tx.to_owned(), e));
+            }
+            self.receipt_now(receipt);
+            return Ok(());
         }
         let completion = match dest.routing {
             RoutingType::Anycast => {
@@ -601,60 +611,6 @@ where
         };
         self.receipt_after(receipt, completion);
         Ok(())
-    }
-
-    fn in_transaction(
-        &mut self,
-        tx: &str,
-        op: TxOp,
-        receipt: Option<String>,
-    ) -> Result<(), SessionError> {
-        let limit = self.options.max_transaction_ops;
-        let ops = self
-            .transactions
-            .get_mut(tx)
-            .ok_or_else(|| SessionError::Protocol(format!("unknown transaction '{tx}'")))?;
-        if ops.len() >= limit {
-            return Err(SessionError::Protocol(format!(
-                "transaction '{tx}' exceeds {limit} operations"
-            )));
-        }
-        ops.push(op);
-        self.receipt_now(receipt);
-        Ok(())
-    }
-
-    /// Applies a committed transaction; resolves when all its durable effects are on disk.
-    fn apply(&mut self, ops: Vec<TxOp>) -> Result<Completion, SessionError> {
-        let mut completions = Vec::new();
-        for op in ops {
-            match op {
-                TxOp::Send(message, routing) => {
-                    completions.push(self.broker.publish(*message, routing)?)
-                }
-                TxOp::Ack(consumer, seqs) => {
-                    if let Some(sub) = self.sub_by_consumer(consumer) {
-                        completions.push(sub.subscription.queue().ack(consumer, &seqs)?);
-                    }
-                }
-                TxOp::Nack(consumer, seqs) => {
-                    if let Some(sub) = self.sub_by_consumer(consumer) {
-                        for seq in seqs {
-                            sub.subscription
-                                .queue()
-                                .release(consumer, seq, Release::Failed)?;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(Completion::all(completions))
-    }
-
-    fn sub_by_consumer(&self, consumer: ConsumerId) -> Option<&Sub> {
-        self.sub_of_consumer
-            .get(&consumer)
-            .and_then(|id| self.subs.get(id))
     }
 
     fn on_subscribe(&mut self, frame: &Frame) -> Result<(), SessionError> {
@@ -772,21 +728,70 @@ where
 
     fn on_ack(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
         let nack = frame.command == Command::Nack;
+        let tx = frame.header("transaction");
+        if let Some(tx) = tx.filter(|tx| !self.transactions.is_open(*tx)) {
+            return Err(SessionError::Transaction(
+                tx.to_owned(),
+                TransactionError::Unknown,
+            ));
+        }
+        let taken = self.take_acknowledged(frame);
+        if let Some(tx) = tx {
+            // Held until COMMIT. A refusal dooms the transaction (nothing of
+            // it will take effect) and its COMMIT reports it.
+            match taken {
+                Ok((queue, consumer, seqs)) => {
+                    let how = match nack {
+                        true => Settlement::Release(Release::Failed),
+                        false => Settlement::Ack,
+                    };
+                    for seq in seqs {
+                        let _ = self.transactions.settle(tx, &queue, consumer, seq, how);
+                    }
+                }
+                Err(e) => {
+                    let _ = self
+                        .transactions
+                        .refuse(tx, TransactionError::Protocol(Arc::new(e)));
+                }
+            }
+            self.receipt_now(receipt);
+            return Ok(());
+        }
+        let (queue, consumer, seqs) = taken?;
+        if nack {
+            for seq in seqs {
+                queue.release(consumer, seq, Release::Failed)?;
+            }
+            self.receipt_now(receipt);
+        } else {
+            let done = queue.ack(consumer, &seqs)?;
+            match receipt {
+                Some(_) => self.receipt_after(receipt, done),
+                None => drop(done),
+            }
+        }
+        Ok(())
+    }
+
+    /// The deliveries an ACK or NACK settles, no longer outstanding on their
+    /// subscription: its queue, its consumer and their sequences.
+    fn take_acknowledged(
+        &mut self,
+        frame: &Frame,
+    ) -> Result<(Arc<crate::core::queue::Queue>, ConsumerId, Vec<u64>), SessionError> {
         let ack_id = match self.version {
             Version::V1_2 => required(frame, "id")?,
             _ => required(frame, "message-id")?,
         };
-        let (consumer, seq) = parse_ack_id(ack_id)
-            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
+        let unknown = || SessionError::Protocol(format!("unknown message id '{ack_id}'"));
+        let (consumer, seq) = parse_ack_id(ack_id).ok_or_else(unknown)?;
         let sub_id = self
             .sub_of_consumer
             .get(&consumer)
             .cloned()
-            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
-        let sub = self
-            .subs
-            .get_mut(&sub_id)
-            .ok_or_else(|| SessionError::Protocol(format!("unknown message id '{ack_id}'")))?;
+            .ok_or_else(unknown)?;
+        let sub = self.subs.get_mut(&sub_id).ok_or_else(unknown)?;
         let order = sub.order_of.get(&seq).copied().ok_or_else(|| {
             SessionError::Protocol(format!(
                 "message '{ack_id}' is not awaiting acknowledgement"
@@ -804,40 +809,19 @@ where
                 sub.order_of.remove(s);
             })
             .collect();
-        let queue = sub.subscription.queue().clone();
-        if let Some(tx) = frame.header("transaction") {
-            let op = if nack {
-                TxOp::Nack(consumer, seqs)
-            } else {
-                TxOp::Ack(consumer, seqs)
-            };
-            return self.in_transaction(tx, op, receipt);
-        }
-        if nack {
-            for seq in seqs {
-                queue.release(consumer, seq, Release::Failed)?;
-            }
-            self.receipt_now(receipt);
-        } else {
-            let completion = queue.ack(consumer, &seqs)?;
-            match receipt {
-                Some(_) => self.receipt_after(receipt, completion),
-                None => drop(completion),
-            }
-        }
-        Ok(())
+        Ok((sub.subscription.queue().clone(), consumer, seqs))
     }
 
     fn receipt_now(&mut self, receipt: Option<String>) {
         match receipt {
             Some(id) if self.receipts.is_empty() => self.ready_receipts.push(id),
-            Some(id) => self.receipt_after(Some(id), Completion::ready()),
+            Some(id) => self.receipt_after(Some(id), Receipt::ready()),
             None => {}
         }
     }
 
     /// Queues a receipt behind earlier ones, sent once `completion` resolves.
-    fn receipt_after(&mut self, receipt: Option<String>, completion: Completion) {
+    fn receipt_after(&mut self, receipt: Option<String>, completion: Receipt) {
         if receipt.is_none() {
             // Nobody asked: keep only the newest write. The store applies writes
             // in order, so it being on disk means every earlier one is, which is
@@ -849,7 +833,7 @@ where
             return;
         }
         self.receipts.push_back(Box::pin(async move {
-            let result = completion.wait().await.map_err(CoreError::from);
+            let result = completion.wait().await;
             (receipt, result)
         }));
     }
