@@ -13,7 +13,8 @@ use crate::core::settings::{
 use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawDelayOverMax, RawDuration,
-    RawFsync, RawGroupingHandler, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawUser,
+    RawFsync, RawGroupingHandler, RawLimits, RawSecurity, RawSettings, RawSize, RawStore,
+    RawTimeLimit, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
@@ -504,7 +505,16 @@ fn settings_override(
         group_buckets: raw.group_buckets,
         group_first_key: optional_text(&raw.group_first_key),
         consumers_before_dispatch: raw.consumers_before_dispatch,
-        delay_before_dispatch: dur(&raw.delay_before_dispatch, "delay_before_dispatch")?,
+        delay_before_dispatch: raw
+            .delay_before_dispatch
+            .as_ref()
+            .map(|limit| match limit {
+                RawTimeLimit::Unlimited => Ok(None),
+                RawTimeLimit::Limit(d) => {
+                    duration(d, &key.field("delay_before_dispatch")).map(Some)
+                }
+            })
+            .transpose()?,
         exclusive: raw.exclusive,
         auto_create: raw.auto_create,
     })

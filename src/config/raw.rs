@@ -171,7 +171,7 @@ settings_structs! {
     group_buckets: i32,
     group_first_key: String,
     consumers_before_dispatch: u32,
-    delay_before_dispatch: RawDuration,
+    delay_before_dispatch: RawTimeLimit,
     exclusive: bool,
     auto_create: bool,
 }
@@ -203,6 +203,46 @@ impl<'de> Deserialize<'de> for RawDuration {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(RawDuration::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A time limit as written: `-1` (integer or text) for none, else a [`RawDuration`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RawTimeLimit {
+    Unlimited,
+    Limit(RawDuration),
+}
+
+impl<'de> Deserialize<'de> for RawTimeLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawTimeLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "-1 for no time limit, or a duration such as \"0\", \"500ms\", \"30s\" \
+                     or an integer of milliseconds",
+                )
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawTimeLimit::Limit(RawDuration::Millis(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match v {
+                    -1 => Ok(RawTimeLimit::Unlimited),
+                    _ => u64::try_from(v)
+                        .map(|ms| RawTimeLimit::Limit(RawDuration::Millis(ms)))
+                        .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(match v.trim() {
+                    "-1" => RawTimeLimit::Unlimited,
+                    _ => RawTimeLimit::Limit(RawDuration::Text(v.to_owned())),
+                })
             }
         }
         d.deserialize_any(V)

@@ -379,6 +379,48 @@ fn units_accept_integers_and_text() {
 }
 
 #[test]
+fn delay_before_dispatch_takes_minus_one_for_no_limit() {
+    let limit = |value: &str| {
+        load(&format!(
+            "[queue_defaults]\ndelay_before_dispatch = {value}"
+        ))
+        .settings_table()
+        .defaults()
+        .delay_before_dispatch
+    };
+    assert_eq!(
+        load("").settings_table().defaults().delay_before_dispatch,
+        None
+    );
+    assert_eq!(limit("-1"), None);
+    assert_eq!(limit("\"-1\""), None);
+    assert_eq!(limit("\"0\""), Some(Duration::ZERO));
+    assert_eq!(limit("0"), Some(Duration::ZERO));
+    assert_eq!(limit("\"500ms\""), Some(Duration::from_millis(500)));
+    assert_eq!(limit("250"), Some(Duration::from_millis(250)));
+    // A pattern may lift an inherited limit again.
+    let c = load(
+        "[queue_defaults]\ndelay_before_dispatch = \"1s\"\n\
+         [address_settings.\"slow.#\"]\ndelay_before_dispatch = -1",
+    );
+    assert_eq!(
+        c.settings_table().resolve("slow.q").delay_before_dispatch,
+        None
+    );
+    assert_eq!(
+        c.settings_table().resolve("other").delay_before_dispatch,
+        Some(Duration::from_secs(1))
+    );
+    assert!(error("[queue_defaults]\ndelay_before_dispatch = -2").starts_with(
+        "config: queue_defaults.delay_before_dispatch: invalid value: integer `-2`, expected -1 for no time limit"
+    ));
+    assert_eq!(
+        error("[queue_defaults]\ndelay_before_dispatch = \"-5s\""),
+        "config: queue_defaults.delay_before_dispatch: \"-5s\" is not a duration (use e.g. 250ms, 30s, 15m)"
+    );
+}
+
+#[test]
 fn fsync_policies() {
     assert_eq!(
         load("[store]\nfsync = \"always\"").store().fsync,

@@ -41,7 +41,10 @@ pub struct QueueSettings {
     pub group_buckets: i32,
     pub group_first_key: Option<String>,
     pub consumers_before_dispatch: u32,
-    pub delay_before_dispatch: Duration,
+    /// How long dispatch waits for `consumers_before_dispatch` after the first consumer
+    /// attaches (Artemis's meaning): `None` waits without a time limit (Artemis's -1),
+    /// zero does not wait at all.
+    pub delay_before_dispatch: Option<Duration>,
     pub exclusive: bool,
     /// Create the queue when a client first names it.
     pub auto_create: bool,
@@ -67,7 +70,7 @@ impl Default for QueueSettings {
             group_buckets: -1,
             group_first_key: None,
             consumers_before_dispatch: 0,
-            delay_before_dispatch: Duration::ZERO,
+            delay_before_dispatch: None,
             exclusive: false,
             auto_create: true,
         }
@@ -94,7 +97,7 @@ pub struct QueueSettingsOverride {
     pub group_buckets: Option<i32>,
     pub group_first_key: Option<Option<String>>,
     pub consumers_before_dispatch: Option<u32>,
-    pub delay_before_dispatch: Option<Duration>,
+    pub delay_before_dispatch: Option<Option<Duration>>,
     pub exclusive: Option<bool>,
     pub auto_create: Option<bool>,
 }

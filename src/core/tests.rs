@@ -430,7 +430,7 @@ async fn consumers_before_dispatch_holds_messages() {
     let dir = tempfile::tempdir().unwrap();
     let settings = QueueSettings {
         consumers_before_dispatch: 2,
-        delay_before_dispatch: std::time::Duration::from_millis(200),
+        delay_before_dispatch: Some(std::time::Duration::from_millis(200)),
         ..Default::default()
     };
     let broker = open(dir.path(), settings);

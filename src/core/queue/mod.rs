@@ -1035,9 +1035,11 @@ impl Queue {
         if active >= wanted {
             return true;
         }
-        let delay = self.settings.delay_before_dispatch;
-        if delay.is_zero() {
+        let Some(delay) = self.settings.delay_before_dispatch else {
             return false;
+        };
+        if delay.is_zero() {
+            return true;
         }
         let now = std::time::Instant::now();
         match st.hold_until {
