@@ -13,13 +13,12 @@ use crate::core::settings::{
 use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawDelayOverMax, RawDuration,
-    RawFsync, RawGroupingHandler, RawLimits, RawSecurity, RawSettings, RawSize, RawStore,
-    RawTimeLimit, RawUser,
+    RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawTimeLimit, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
-    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, GroupingHandler, Limits,
-    Listener, Security, StoreConfig, User,
+    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, Limits, Listener, Security,
+    StoreConfig, User,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
@@ -39,7 +38,9 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     let connection_factories = connection_factories(raw.connection_factories)?;
     let acceptors = acceptors(raw.acceptors, &connection_factories)?;
     let security = security(raw.users, &raw.security)?;
-    let grouping_handler = raw.grouping_handler.map(grouping_handler).transpose()?;
+    if raw.grouping_handler.is_some() {
+        return Err(refuse_grouping_handler());
+    }
 
     // The broker-wide switches are the base that [queue_defaults] refines.
     let mut defaults = QueueSettings {
@@ -106,7 +107,6 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         limits,
         security,
         connection_factories,
-        grouping_handler,
         settings,
         queues,
     })
@@ -411,33 +411,16 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
     })
 }
 
-fn grouping_handler(raw: RawGroupingHandler) -> Result<GroupingHandler, ConfigError> {
-    let key = KeyPath::root("grouping_handler");
-    if raw.name.is_empty() {
-        return Err(ConfigError::key(key.field("name"), Problem::Empty));
-    }
-    if raw.address.is_empty() {
-        return Err(ConfigError::key(key.field("address"), Problem::Empty));
-    }
-    let timeout_key = key.field("timeout");
-    let timeout = duration_or(raw.timeout.as_ref(), Duration::from_secs(5), &timeout_key)?;
-    let (min, max) = (Duration::from_millis(1), Duration::from_secs(3_600));
-    if !(min..=max).contains(&timeout) {
-        return Err(ConfigError::key(
-            timeout_key,
-            Problem::DurationOutOfRange {
-                min,
-                max,
-                zero_allowed: false,
-            },
-        ));
-    }
-    Ok(GroupingHandler {
-        name: raw.name,
-        kind: raw.kind,
-        address: raw.address,
-        timeout,
-    })
+/// Artemis's `grouping-handler` decides group ownership across a cluster. Weir has no
+/// cluster yet, so the section could only be ignored: a setting with no effect is refused,
+/// not accepted silently.
+fn refuse_grouping_handler() -> ConfigError {
+    ConfigError::key(
+        KeyPath::root("grouping_handler"),
+        Problem::NotSupportedYet(
+            "clustered message grouping comes with clustering; a single broker groups on its own",
+        ),
+    )
 }
 
 /// Converts one `[queue_defaults]`, `[address_settings.X]` or `[[queues]]` table.

@@ -76,6 +76,9 @@ pub enum Problem {
     BadPattern(String),
     #[error("\"{0}\" contains a * or # word; a declared queue needs a literal name")]
     WildcardQueueName(String),
+    /// A section Weir reads but cannot act on yet; refused rather than ignored.
+    #[error("not supported yet ({0})")]
+    NotSupportedYet(&'static str),
 }
 
 impl ConfigError {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use super::{GroupingHandlerKind, Protocol};
+use super::Protocol;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -23,7 +23,8 @@ pub(super) struct RawConfig {
     pub address_settings: BTreeMap<String, RawSettings>,
     pub queues: Vec<RawQueue>,
     pub connection_factories: BTreeMap<String, RawConnectionFactory>,
-    pub grouping_handler: Option<RawGroupingHandler>,
+    /// Read only to be refused: see `convert::refuse_grouping_handler`.
+    pub grouping_handler: Option<de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,17 +107,6 @@ pub(super) struct RawSecurity {
 pub(super) struct RawConnectionFactory {
     pub autogroup: Option<bool>,
     pub group_id: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawGroupingHandler {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: GroupingHandlerKind,
-    pub address: String,
-    #[serde(default)]
-    pub timeout: Option<RawDuration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -77,19 +77,10 @@ fn reference_commented_examples_parse() {
             "# [[users]]\n# name = \"admin\"\n# password = \"change-me\"",
             "[[users]]\nname = \"admin\"\npassword = \"change-me\"",
         )
-        .replace("# allow_anonymous = true", "allow_anonymous = true")
-        .replace("# [grouping_handler]", "[grouping_handler]")
-        .replace("# name = \"grouping\"", "name = \"grouping\"")
-        .replace("# type = \"LOCAL\"", "type = \"LOCAL\"")
-        .replace("# address = \"orders\"", "address = \"orders\"")
-        .replace("# timeout = \"5s\"", "timeout = \"5s\"");
+        .replace("# allow_anonymous = true", "allow_anonymous = true");
     let c = load(&uncommented);
     assert_eq!(c.users().len(), 1, "users example not found in weir.toml");
     assert!(c.allow_anonymous());
-    let g = c.grouping_handler();
-    assert!(g.is_some_and(|g| g.kind == GroupingHandlerKind::Local
-        && g.address == "orders"
-        && g.timeout == Duration::from_secs(5)));
 }
 
 #[test]
@@ -105,7 +96,6 @@ fn embedded_default_is_the_documented_default() {
     assert!(c.allow_anonymous());
     assert_eq!(c.store().fsync, FsyncPolicy::Always);
     assert!(c.declared_queues().is_empty());
-    assert!(c.grouping_handler().is_none());
 
     let empty = load("");
     assert_eq!(c.broker(), empty.broker());
@@ -233,10 +223,6 @@ fn value_errors_name_the_key() {
         (
             "[address_settings.\"orders..eu\"]\ndurable = true",
             "config: address_settings.\"orders..eu\": \"orders..eu\" has an empty word (write words separated by '.', with * and # as wildcards)",
-        ),
-        (
-            "[grouping_handler]\nname = \"g\"\ntype = \"LOCAL\"\naddress = \"a\"\ntimeout = \"0\"",
-            "config: grouping_handler.timeout: must be between 1ms and 1h",
         ),
     ];
     for (text, want) in cases {
@@ -482,17 +468,24 @@ fn cli_style_overrides() {
 }
 
 #[test]
-fn grouping_handler_parses_either_case() {
-    let c = load("[grouping_handler]\nname = \"g\"\ntype = \"remote\"\naddress = \"jms\"");
-    assert_eq!(
-        c.grouping_handler(),
-        Some(&GroupingHandler {
-            name: "g".to_owned(),
-            kind: GroupingHandlerKind::Remote,
-            address: "jms".to_owned(),
-            timeout: Duration::from_secs(5),
+fn grouping_handler_is_refused_until_clustering_exists() {
+    let want = "config: grouping_handler: not supported yet (clustered message grouping comes \
+                with clustering; a single broker groups on its own)";
+    for text in [
+        "[grouping_handler]\nname = \"g\"\ntype = \"LOCAL\"\naddress = \"orders\"",
+        "[grouping_handler]",
+        "[grouping_handler]\nanything = 1",
+    ] {
+        assert_eq!(error(text), want, "for:\n{text}");
+    }
+    let err = Config::from_toml_str("[grouping_handler]").err();
+    assert!(matches!(
+        err,
+        Some(ConfigError::Key {
+            problem: Problem::NotSupportedYet(_),
+            ..
         })
-    );
+    ));
 }
 
 #[test]
