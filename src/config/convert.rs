@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::core::delay_headers::DelayHeader;
 use crate::core::settings::{
     AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
 };
@@ -480,6 +481,11 @@ fn settings_override(
             RawDelayOverMax::Reject => DelayOverMax::Reject,
             RawDelayOverMax::Clamp => DelayOverMax::Clamp,
         }),
+        delay_headers: raw
+            .delay_headers
+            .as_deref()
+            .map(|list| delay_headers(list, &key.field("delay_headers")))
+            .transpose()?,
         redelivery_delay: dur(&raw.redelivery_delay, "redelivery_delay")?,
         redelivery_multiplier: raw.redelivery_multiplier,
         max_redelivery_delay: dur(&raw.max_redelivery_delay, "max_redelivery_delay")?,
@@ -501,6 +507,22 @@ fn settings_override(
         exclusive: raw.exclusive,
         auto_create: raw.auto_create,
     })
+}
+
+/// `delay_headers`: each `NAME:ms` or `NAME:s`, each name once.
+fn delay_headers(list: &[String], key: &KeyPath) -> Result<Vec<DelayHeader>, ConfigError> {
+    let mut headers: Vec<DelayHeader> = Vec::with_capacity(list.len());
+    for (i, text) in list.iter().enumerate() {
+        let header = DelayHeader::parse(text).map_err(|e| ConfigError::key(key.index(i), e))?;
+        if headers.iter().any(|h| h.name == header.name) {
+            return Err(ConfigError::key(
+                key.index(i),
+                Problem::Duplicate(header.name.to_string()),
+            ));
+        }
+        headers.push(header);
+    }
+    Ok(headers)
 }
 
 /// Checks between fields, on settings as a queue would see them.

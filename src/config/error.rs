@@ -35,6 +35,8 @@ pub enum Problem {
     Duration(#[from] DurationError),
     #[error(transparent)]
     Size(#[from] SizeError),
+    #[error(transparent)]
+    DelayHeader(#[from] crate::core::delay_headers::DelayHeaderError),
     #[error("\"{0}\" is not a socket address (use e.g. 127.0.0.1:61613 or [::]:5672)")]
     NotASocketAddr(String),
     #[error("must be between {min} and {max}")]

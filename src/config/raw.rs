@@ -153,6 +153,7 @@ settings_structs! {
     default_message_delay: RawDuration,
     max_message_delay: RawDuration,
     delay_over_max: RawDelayOverMax,
+    delay_headers: Vec<String>,
     redelivery_delay: RawDuration,
     redelivery_multiplier: f64,
     max_redelivery_delay: RawDuration,

@@ -407,6 +407,55 @@ fn delay_before_dispatch_takes_minus_one_for_no_limit() {
 }
 
 #[test]
+fn delay_headers_name_their_unit() {
+    use crate::core::delay_headers::{DelayHeader, DelayUnit};
+    assert_eq!(
+        load("").settings_table().defaults().delay_headers,
+        DelayHeader::defaults()
+    );
+    let c = load(
+        "[queue_defaults]\ndelay_headers = [\"retry-in:s\", \"x-delay:ms\"]\n\
+         [address_settings.\"plain.#\"]\ndelay_headers = []",
+    );
+    let table = c.settings_table();
+    let headers = &table.defaults().delay_headers;
+    let named: Vec<(&str, DelayUnit)> = headers.iter().map(|h| (&*h.name, h.unit)).collect();
+    assert_eq!(
+        named,
+        [
+            ("retry-in", DelayUnit::Seconds),
+            ("x-delay", DelayUnit::Millis)
+        ]
+    );
+    assert!(c
+        .settings_table()
+        .resolve("plain.q")
+        .delay_headers
+        .is_empty());
+    let cases = [
+        (
+            "[queue_defaults]\ndelay_headers = [\"x-delay:ms\", \"delay\"]",
+            "config: queue_defaults.delay_headers[1]: \"delay\" is not NAME:ms or NAME:s (a property name and the unit of its value)",
+        ),
+        (
+            "[[queues]]\nname = \"q\"\ndelay_headers = [\"AMQ_SCHEDULED_DELAY:ms\"]",
+            "config: queues[0].delay_headers[0]: \"AMQ_SCHEDULED_DELAY\" is always read as a delay; list only other names",
+        ),
+        (
+            "[queue_defaults]\ndelay_headers = [\"d:s\", \"d:ms\"]",
+            "config: queue_defaults.delay_headers[1]: \"d\" is declared twice",
+        ),
+        (
+            "[queue_defaults]\ndelay_headers = [\":s\"]",
+            "config: queue_defaults.delay_headers[0]: \":s\" has no name before its unit",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(error(text), want, "for:\n{text}");
+    }
+}
+
+#[test]
 fn fsync_policies() {
     assert_eq!(
         load("[store]\nfsync = \"always\"").store().fsync,

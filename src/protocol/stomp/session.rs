@@ -577,8 +577,13 @@ where
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
         let dest = convert::parse_destination(required(frame, "destination")?)?;
-        let mut message =
-            convert::message_from_send(frame, &dest, convert::now(), &mut self.names)?;
+        let mut message = convert::message_from_send(
+            frame,
+            &dest,
+            convert::now(),
+            &mut self.names,
+            self.broker.delay_header_names(),
+        )?;
         self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
             return self.in_transaction(tx, TxOp::Send(Box::new(message), dest.routing), receipt);
