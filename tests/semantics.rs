@@ -575,11 +575,20 @@ mod amqp {
             .expect("recv")
     }
 
-    /// G-1..G-5 from STOMP; an AMQP owner (credit 2) takes G-1, G-2 and returns them
-    /// modified (delivery-failed, and undeliverable-here or not). Without
-    /// undeliverable-here the owner gets them back before G-3; with it the group goes
-    /// to a STOMP consumer, in order.
-    async fn owner_returns(redelivery_delay: Option<&str>, undeliverable_here: bool) {
+    /// How the AMQP owner gives its messages back.
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum Outcome {
+        Released,
+        /// Modified, delivery-failed.
+        Failed,
+        /// Modified, delivery-failed and undeliverable-here.
+        UndeliverableHere,
+    }
+
+    /// G-1..G-5 from STOMP; an AMQP owner (credit 2) takes G-1, G-2 and gives them
+    /// back, newest first. Released or failed, the owner stays bound and gets them back
+    /// before G-3; undeliverable-here, the group goes to a STOMP consumer, in order.
+    async fn owner_returns(how: Outcome, redelivery_delay: Option<&str>) {
         let mut config = "[[queues]]\nname = \"amqp.ord\"\n".to_owned();
         if let Some(d) = redelivery_delay {
             config.push_str(&format!("redelivery_delay = \"{d}\"\n"));
@@ -610,19 +619,25 @@ mod amqp {
 
         let mut next = Client::new(&broker);
         next.subscribe("n", "/queue/amqp.ord", &[("ack", "client-individual")]);
-        let outcome = Modified {
-            delivery_failed: Some(true),
-            undeliverable_here: Some(undeliverable_here),
-            message_annotations: None,
-        };
         // Newest first, the harder order to keep.
-        owner
-            .modify(&second, outcome.clone())
-            .await
-            .expect("modify");
-        owner.modify(&first, outcome).await.expect("modify");
-        if !undeliverable_here {
-            // The owner stays bound and gets them back, in place, before G-3.
+        for d in [&second, &first] {
+            match how {
+                Outcome::Released => owner.release(d).await.expect("release"),
+                Outcome::Failed | Outcome::UndeliverableHere => {
+                    let modified = Modified {
+                        delivery_failed: Some(true),
+                        undeliverable_here: Some(how == Outcome::UndeliverableHere),
+                        message_annotations: None,
+                    };
+                    owner.modify(d, modified).await.expect("modify")
+                }
+            }
+        }
+        let want = ["G-1", "G-2", "G-3", "G-4", "G-5"];
+        if how == Outcome::UndeliverableHere {
+            let got = next.messages(5, PROMPT + Duration::from_secs(2));
+            assert_eq!(super::bodies(&got), want, "{how:?}, {redelivery_delay:?}");
+        } else {
             owner.set_credit(5).await.expect("credit");
             let mut got = Vec::new();
             for _ in 0..5 {
@@ -630,20 +645,8 @@ mod amqp {
                 got.push(text(&d));
                 owner.accept(&d).await.expect("accept");
             }
-            assert_eq!(
-                got,
-                ["G-1", "G-2", "G-3", "G-4", "G-5"],
-                "{redelivery_delay:?}"
-            );
+            assert_eq!(got, want, "{how:?}, {redelivery_delay:?}");
             assert!(next.quiet_for(Duration::from_millis(200)).is_empty());
-        } else {
-            // Undeliverable here: the group moves to the other consumer, in order.
-            let got = next.messages(5, PROMPT + Duration::from_secs(2));
-            assert_eq!(
-                super::bodies(&got),
-                ["G-1", "G-2", "G-3", "G-4", "G-5"],
-                "{redelivery_delay:?}"
-            );
         }
         let _ = owner.close().await;
         let _ = session.end().await;
@@ -651,23 +654,33 @@ mod amqp {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn released_keeps_group_order() {
+        owner_returns(Outcome::Released, None).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn released_keeps_group_order_with_redelivery_delay() {
+        owner_returns(Outcome::Released, Some("500ms")).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn modified_delivery_failed_keeps_group_order() {
-        owner_returns(None, false).await;
+        owner_returns(Outcome::Failed, None).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn modified_delivery_failed_keeps_group_order_with_redelivery_delay() {
-        owner_returns(Some("500ms"), false).await;
+        owner_returns(Outcome::Failed, Some("500ms")).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn modified_undeliverable_here_moves_the_group_in_order() {
-        owner_returns(None, true).await;
+        owner_returns(Outcome::UndeliverableHere, None).await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn modified_undeliverable_here_moves_the_group_in_order_with_redelivery_delay() {
-        owner_returns(Some("500ms"), true).await;
+        owner_returns(Outcome::UndeliverableHere, Some("500ms")).await;
     }
 }
 
