@@ -4,6 +4,7 @@
 use bytes::{Bytes, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use tokio_util::codec::{Decoder, Encoder};
+use weir::core::delay_headers::{DelayHeader, DelayHeaderNames};
 use weir::protocol::amqp::codec::decode_frame;
 use weir::protocol::amqp::convert::inbound;
 use weir::protocol::amqp::{
@@ -137,6 +138,8 @@ fn bench(c: &mut Criterion) {
     // What the broker does with each message it takes in: parse, then convert
     // to a core message (application properties checked, left encoded until read).
     let address: std::sync::Arc<str> = std::sync::Arc::from("orders");
+    // The names every queue reads as a delay by default.
+    let delay_names = DelayHeaderNames::new(&DelayHeader::defaults());
     for (name, body) in [
         ("parse_and_convert_jms_message", payload.clone()),
         ("parse_and_convert_perf_message", perf_message().to_bytes()),
@@ -145,9 +148,13 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let view = MessageView::parse(black_box(body.clone())).unwrap();
                 black_box(
-                    inbound(&view, address.clone(), 1_700_000_000_000, || {
-                        1_700_000_000_000
-                    })
+                    inbound(
+                        &view,
+                        address.clone(),
+                        1_700_000_000_000,
+                        || 1_700_000_000_000,
+                        &delay_names,
+                    )
                     .unwrap(),
                 )
             })

@@ -92,6 +92,7 @@ fn bench_encode(c: &mut Criterion) {
 /// A decoded SEND into a core message: the header pass, broker headers,
 /// properties. The frame is a `weir perf` one plus a group id and a type.
 fn bench_convert(c: &mut Criterion) {
+    use weir::core::delay_headers::{DelayHeader, DelayHeaderNames};
     use weir::core::names::Names;
     use weir::protocol::stomp::convert::{message_from_send, parse_destination};
     let frame = send(256)
@@ -102,8 +103,18 @@ fn bench_convert(c: &mut Criterion) {
         .with_header("perf-ts", "1796025276000000");
     let dest = parse_destination("/queue/orders").expect("a queue name");
     let mut names = Names::default();
+    // The names every queue reads as a delay by default.
+    let delay_names = DelayHeaderNames::new(&DelayHeader::defaults());
     c.bench_function("stomp_convert/send_to_message", |b| {
-        b.iter(|| message_from_send(black_box(&frame), &dest, 1_796_025_276_000, &mut names))
+        b.iter(|| {
+            message_from_send(
+                black_box(&frame),
+                &dest,
+                1_796_025_276_000,
+                &mut names,
+                &delay_names,
+            )
+        })
     });
 }
 

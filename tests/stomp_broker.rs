@@ -341,3 +341,66 @@ fn selectors_filter_and_bad_selectors_are_errors() {
     assert_eq!(e.command, "ERROR");
     assert!(e.header("message").unwrap().contains("selector"), "{e:?}");
 }
+
+/// `x-delay` and `delay` are ordinary header names in many applications: which ones
+/// a queue reads as a delay is its `delay_headers` setting, a value that is not a
+/// delay travels as a plain header (no ERROR, the connection stays), and a header
+/// read as a delay still reaches the consumer.
+#[test]
+fn delay_headers_are_a_queue_setting_and_a_bad_value_is_a_plain_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[[queues]]\nname = \"plain\"\ndelay_headers = []\n";
+    let broker = BrokerProcess::start(&dir.path().join("data"), Some(config));
+    let mut consumer = broker.client();
+    consumer.subscribe("timed", "/queue/timed", "auto");
+    consumer.subscribe("plain", "/queue/plain", "auto");
+    let mut producer = broker.client();
+
+    // The default list still delays x-delay (ms).
+    let sent = std::time::Instant::now();
+    producer.send_receipted("/queue/timed", "later", &[("x-delay", "300")], "r1");
+    assert!(
+        consumer.recv_timeout(Duration::from_millis(150)).is_none(),
+        "x-delay: 300 delivered early"
+    );
+    let f = consumer.recv().expect("the delayed message");
+    assert_eq!(f.body_text(), "later");
+    assert!(
+        sent.elapsed() >= Duration::from_millis(280),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(
+        f.header("x-delay"),
+        Some("300"),
+        "a delay header travels too"
+    );
+
+    // Not a delay: a plain header, and the connection stays open.
+    let sent = std::time::Instant::now();
+    producer.send_receipted("/queue/timed", "bad", &[("delay", "abc")], "r2");
+    producer.send_receipted("/queue/timed", "after", &[], "r3");
+    let f = consumer.recv().expect("bad delay, delivered at once");
+    assert_eq!(f.body_text(), "bad");
+    assert_eq!(f.header("delay"), Some("abc"));
+    assert_eq!(consumer.recv().expect("next").body_text(), "after");
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        sent.elapsed()
+    );
+
+    // A queue that reads no delay headers: `delay: 2` is an ordinary header.
+    let sent = std::time::Instant::now();
+    producer.send_receipted("/queue/plain", "now", &[("delay", "2")], "r4");
+    let f = consumer
+        .recv_timeout(Duration::from_secs(1))
+        .expect("delivered at once on a queue with delay_headers = []");
+    assert_eq!(f.body_text(), "now");
+    assert_eq!(f.header("delay"), Some("2"));
+    assert!(
+        sent.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        sent.elapsed()
+    );
+}

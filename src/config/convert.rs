@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::core::delay_headers::DelayHeader;
 use crate::core::settings::{
     AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
 };
@@ -13,12 +14,12 @@ use crate::core::settings::{
 use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawDelayOverMax, RawDuration,
-    RawFsync, RawGroupingHandler, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawUser,
+    RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawTimeLimit, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
-    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, GroupingHandler, Limits,
-    Listener, Security, StoreConfig, User,
+    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, Limits, Listener, Security,
+    StoreConfig, User,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
@@ -38,7 +39,9 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     let connection_factories = connection_factories(raw.connection_factories)?;
     let acceptors = acceptors(raw.acceptors, &connection_factories)?;
     let security = security(raw.users, &raw.security)?;
-    let grouping_handler = raw.grouping_handler.map(grouping_handler).transpose()?;
+    if raw.grouping_handler.is_some() {
+        return Err(refuse_grouping_handler());
+    }
 
     // The broker-wide switches are the base that [queue_defaults] refines.
     let mut defaults = QueueSettings {
@@ -105,7 +108,6 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         limits,
         security,
         connection_factories,
-        grouping_handler,
         settings,
         queues,
     })
@@ -431,33 +433,16 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
     })
 }
 
-fn grouping_handler(raw: RawGroupingHandler) -> Result<GroupingHandler, ConfigError> {
-    let key = KeyPath::root("grouping_handler");
-    if raw.name.is_empty() {
-        return Err(ConfigError::key(key.field("name"), Problem::Empty));
-    }
-    if raw.address.is_empty() {
-        return Err(ConfigError::key(key.field("address"), Problem::Empty));
-    }
-    let timeout_key = key.field("timeout");
-    let timeout = duration_or(raw.timeout.as_ref(), Duration::from_secs(5), &timeout_key)?;
-    let (min, max) = (Duration::from_millis(1), Duration::from_secs(3_600));
-    if !(min..=max).contains(&timeout) {
-        return Err(ConfigError::key(
-            timeout_key,
-            Problem::DurationOutOfRange {
-                min,
-                max,
-                zero_allowed: false,
-            },
-        ));
-    }
-    Ok(GroupingHandler {
-        name: raw.name,
-        kind: raw.kind,
-        address: raw.address,
-        timeout,
-    })
+/// Artemis's `grouping-handler` decides group ownership across a cluster. Weir has no
+/// cluster yet, so the section could only be ignored: a setting with no effect is refused,
+/// not accepted silently.
+fn refuse_grouping_handler() -> ConfigError {
+    ConfigError::key(
+        KeyPath::root("grouping_handler"),
+        Problem::NotSupportedYet(
+            "clustered message grouping comes with clustering; a single broker groups on its own",
+        ),
+    )
 }
 
 /// Converts one `[queue_defaults]`, `[address_settings.X]` or `[[queues]]` table.
@@ -517,6 +502,11 @@ fn settings_override(
             RawDelayOverMax::Reject => DelayOverMax::Reject,
             RawDelayOverMax::Clamp => DelayOverMax::Clamp,
         }),
+        delay_headers: raw
+            .delay_headers
+            .as_deref()
+            .map(|list| delay_headers(list, &key.field("delay_headers")))
+            .transpose()?,
         redelivery_delay: dur(&raw.redelivery_delay, "redelivery_delay")?,
         redelivery_multiplier: raw.redelivery_multiplier,
         max_redelivery_delay: dur(&raw.max_redelivery_delay, "max_redelivery_delay")?,
@@ -525,10 +515,35 @@ fn settings_override(
         group_buckets: raw.group_buckets,
         group_first_key: optional_text(&raw.group_first_key),
         consumers_before_dispatch: raw.consumers_before_dispatch,
-        delay_before_dispatch: dur(&raw.delay_before_dispatch, "delay_before_dispatch")?.map(Some),
+        delay_before_dispatch: raw
+            .delay_before_dispatch
+            .as_ref()
+            .map(|limit| match limit {
+                RawTimeLimit::Unlimited => Ok(None),
+                RawTimeLimit::Limit(d) => {
+                    duration(d, &key.field("delay_before_dispatch")).map(Some)
+                }
+            })
+            .transpose()?,
         exclusive: raw.exclusive,
         auto_create: raw.auto_create,
     })
+}
+
+/// `delay_headers`: each `NAME:ms` or `NAME:s`, each name once.
+fn delay_headers(list: &[String], key: &KeyPath) -> Result<Vec<DelayHeader>, ConfigError> {
+    let mut headers: Vec<DelayHeader> = Vec::with_capacity(list.len());
+    for (i, text) in list.iter().enumerate() {
+        let header = DelayHeader::parse(text).map_err(|e| ConfigError::key(key.index(i), e))?;
+        if headers.iter().any(|h| h.name == header.name) {
+            return Err(ConfigError::key(
+                key.index(i),
+                Problem::Duplicate(header.name.to_string()),
+            ));
+        }
+        headers.push(header);
+    }
+    Ok(headers)
 }
 
 /// Checks between fields, on settings as a queue would see them.

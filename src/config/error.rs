@@ -35,6 +35,8 @@ pub enum Problem {
     Duration(#[from] DurationError),
     #[error(transparent)]
     Size(#[from] SizeError),
+    #[error(transparent)]
+    DelayHeader(#[from] crate::core::delay_headers::DelayHeaderError),
     #[error("\"{0}\" is not a socket address (use e.g. 127.0.0.1:61613 or [::]:5672)")]
     NotASocketAddr(String),
     #[error("must be between {min} and {max}")]
@@ -76,6 +78,9 @@ pub enum Problem {
     BadPattern(String),
     #[error("\"{0}\" contains a * or # word; a declared queue needs a literal name")]
     WildcardQueueName(String),
+    /// A section Weir reads but cannot act on yet; refused rather than ignored.
+    #[error("not supported yet ({0})")]
+    NotSupportedYet(&'static str),
 }
 
 impl ConfigError {

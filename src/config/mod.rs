@@ -33,7 +33,6 @@ pub struct Config {
     limits: Limits,
     security: Security,
     connection_factories: Vec<ConnectionFactory>,
-    grouping_handler: Option<GroupingHandler>,
     settings: SettingsTable,
     queues: Vec<String>,
 }
@@ -146,23 +145,6 @@ pub struct ConnectionFactory {
     pub group_id: Option<String>,
 }
 
-/// Cluster-wide group ownership (Artemis `grouping-handler`); parsed now, used by clustering.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupingHandler {
-    pub name: String,
-    pub kind: GroupingHandlerKind,
-    pub address: String,
-    pub timeout: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum GroupingHandlerKind {
-    #[serde(rename = "LOCAL", alias = "local")]
-    Local,
-    #[serde(rename = "REMOTE", alias = "remote")]
-    Remote,
-}
-
 impl Config {
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
         let de = toml::Deserializer::new(text);
@@ -258,10 +240,6 @@ impl Config {
 
     pub fn connection_factory(&self, name: &str) -> Option<&ConnectionFactory> {
         self.connection_factories.iter().find(|f| f.name == name)
-    }
-
-    pub fn grouping_handler(&self) -> Option<&GroupingHandler> {
-        self.grouping_handler.as_ref()
     }
 
     /// `[queue_defaults]` plus every `[address_settings.PATTERN]` and each declared

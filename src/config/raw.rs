@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use super::{GroupingHandlerKind, Protocol};
+use super::Protocol;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -23,7 +23,8 @@ pub(super) struct RawConfig {
     pub address_settings: BTreeMap<String, RawSettings>,
     pub queues: Vec<RawQueue>,
     pub connection_factories: BTreeMap<String, RawConnectionFactory>,
-    pub grouping_handler: Option<RawGroupingHandler>,
+    /// Read only to be refused: see `convert::refuse_grouping_handler`.
+    pub grouping_handler: Option<de::IgnoredAny>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,17 +112,6 @@ pub(super) struct RawConnectionFactory {
     pub group_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawGroupingHandler {
-    pub name: String,
-    #[serde(rename = "type")]
-    pub kind: GroupingHandlerKind,
-    pub address: String,
-    #[serde(default)]
-    pub timeout: Option<RawDuration>,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub(super) enum RawDelayOverMax {
@@ -166,6 +156,7 @@ settings_structs! {
     default_message_delay: RawDuration,
     max_message_delay: RawDuration,
     delay_over_max: RawDelayOverMax,
+    delay_headers: Vec<String>,
     redelivery_delay: RawDuration,
     redelivery_multiplier: f64,
     max_redelivery_delay: RawDuration,
@@ -174,7 +165,7 @@ settings_structs! {
     group_buckets: i32,
     group_first_key: String,
     consumers_before_dispatch: u32,
-    delay_before_dispatch: RawDuration,
+    delay_before_dispatch: RawTimeLimit,
     exclusive: bool,
     auto_create: bool,
 }
@@ -206,6 +197,46 @@ impl<'de> Deserialize<'de> for RawDuration {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(RawDuration::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A time limit as written: `-1` (integer or text) for none, else a [`RawDuration`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RawTimeLimit {
+    Unlimited,
+    Limit(RawDuration),
+}
+
+impl<'de> Deserialize<'de> for RawTimeLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawTimeLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "-1 for no time limit, or a duration such as \"0\", \"500ms\", \"30s\" \
+                     or an integer of milliseconds",
+                )
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawTimeLimit::Limit(RawDuration::Millis(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match v {
+                    -1 => Ok(RawTimeLimit::Unlimited),
+                    _ => u64::try_from(v)
+                        .map(|ms| RawTimeLimit::Limit(RawDuration::Millis(ms)))
+                        .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(match v.trim() {
+                    "-1" => RawTimeLimit::Unlimited,
+                    _ => RawTimeLimit::Limit(RawDuration::Text(v.to_owned())),
+                })
             }
         }
         d.deserialize_any(V)

@@ -77,19 +77,10 @@ fn reference_commented_examples_parse() {
             "# [[users]]\n# name = \"admin\"\n# password = \"change-me\"",
             "[[users]]\nname = \"admin\"\npassword = \"change-me\"",
         )
-        .replace("# allow_anonymous = true", "allow_anonymous = true")
-        .replace("# [grouping_handler]", "[grouping_handler]")
-        .replace("# name = \"grouping\"", "name = \"grouping\"")
-        .replace("# type = \"LOCAL\"", "type = \"LOCAL\"")
-        .replace("# address = \"orders\"", "address = \"orders\"")
-        .replace("# timeout = \"5s\"", "timeout = \"5s\"");
+        .replace("# allow_anonymous = true", "allow_anonymous = true");
     let c = load(&uncommented);
     assert_eq!(c.users().len(), 1, "users example not found in weir.toml");
     assert!(c.allow_anonymous());
-    let g = c.grouping_handler();
-    assert!(g.is_some_and(|g| g.kind == GroupingHandlerKind::Local
-        && g.address == "orders"
-        && g.timeout == Duration::from_secs(5)));
 }
 
 #[test]
@@ -105,7 +96,6 @@ fn embedded_default_is_the_documented_default() {
     assert!(c.allow_anonymous());
     assert_eq!(c.store().fsync, FsyncPolicy::Always);
     assert!(c.declared_queues().is_empty());
-    assert!(c.grouping_handler().is_none());
 
     let empty = load("");
     assert_eq!(c.broker(), empty.broker());
@@ -245,10 +235,6 @@ fn value_errors_name_the_key() {
         (
             "[address_settings.\"orders..eu\"]\ndurable = true",
             "config: address_settings.\"orders..eu\": \"orders..eu\" has an empty word (write words separated by '.', with * and # as wildcards)",
-        ),
-        (
-            "[grouping_handler]\nname = \"g\"\ntype = \"LOCAL\"\naddress = \"a\"\ntimeout = \"0\"",
-            "config: grouping_handler.timeout: must be between 1ms and 1h",
         ),
     ];
     for (text, want) in cases {
@@ -391,6 +377,97 @@ fn units_accept_integers_and_text() {
 }
 
 #[test]
+fn delay_before_dispatch_takes_minus_one_for_no_limit() {
+    let limit = |value: &str| {
+        load(&format!(
+            "[queue_defaults]\ndelay_before_dispatch = {value}"
+        ))
+        .settings_table()
+        .defaults()
+        .delay_before_dispatch
+    };
+    assert_eq!(
+        load("").settings_table().defaults().delay_before_dispatch,
+        None
+    );
+    assert_eq!(limit("-1"), None);
+    assert_eq!(limit("\"-1\""), None);
+    assert_eq!(limit("\"0\""), Some(Duration::ZERO));
+    assert_eq!(limit("0"), Some(Duration::ZERO));
+    assert_eq!(limit("\"500ms\""), Some(Duration::from_millis(500)));
+    assert_eq!(limit("250"), Some(Duration::from_millis(250)));
+    // A pattern may lift an inherited limit again.
+    let c = load(
+        "[queue_defaults]\ndelay_before_dispatch = \"1s\"\n\
+         [address_settings.\"slow.#\"]\ndelay_before_dispatch = -1",
+    );
+    assert_eq!(
+        c.settings_table().resolve("slow.q").delay_before_dispatch,
+        None
+    );
+    assert_eq!(
+        c.settings_table().resolve("other").delay_before_dispatch,
+        Some(Duration::from_secs(1))
+    );
+    assert!(error("[queue_defaults]\ndelay_before_dispatch = -2").starts_with(
+        "config: queue_defaults.delay_before_dispatch: invalid value: integer `-2`, expected -1 for no time limit"
+    ));
+    assert_eq!(
+        error("[queue_defaults]\ndelay_before_dispatch = \"-5s\""),
+        "config: queue_defaults.delay_before_dispatch: \"-5s\" is not a duration (use e.g. 250ms, 30s, 15m)"
+    );
+}
+
+#[test]
+fn delay_headers_name_their_unit() {
+    use crate::core::delay_headers::{DelayHeader, DelayUnit};
+    assert_eq!(
+        load("").settings_table().defaults().delay_headers,
+        DelayHeader::defaults()
+    );
+    let c = load(
+        "[queue_defaults]\ndelay_headers = [\"retry-in:s\", \"x-delay:ms\"]\n\
+         [address_settings.\"plain.#\"]\ndelay_headers = []",
+    );
+    let table = c.settings_table();
+    let headers = &table.defaults().delay_headers;
+    let named: Vec<(&str, DelayUnit)> = headers.iter().map(|h| (&*h.name, h.unit)).collect();
+    assert_eq!(
+        named,
+        [
+            ("retry-in", DelayUnit::Seconds),
+            ("x-delay", DelayUnit::Millis)
+        ]
+    );
+    assert!(c
+        .settings_table()
+        .resolve("plain.q")
+        .delay_headers
+        .is_empty());
+    let cases = [
+        (
+            "[queue_defaults]\ndelay_headers = [\"x-delay:ms\", \"delay\"]",
+            "config: queue_defaults.delay_headers[1]: \"delay\" is not NAME:ms or NAME:s (a property name and the unit of its value)",
+        ),
+        (
+            "[[queues]]\nname = \"q\"\ndelay_headers = [\"AMQ_SCHEDULED_DELAY:ms\"]",
+            "config: queues[0].delay_headers[0]: \"AMQ_SCHEDULED_DELAY\" is always read as a delay; list only other names",
+        ),
+        (
+            "[queue_defaults]\ndelay_headers = [\"d:s\", \"d:ms\"]",
+            "config: queue_defaults.delay_headers[1]: \"d\" is declared twice",
+        ),
+        (
+            "[queue_defaults]\ndelay_headers = [\":s\"]",
+            "config: queue_defaults.delay_headers[0]: \":s\" has no name before its unit",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(error(text), want, "for:\n{text}");
+    }
+}
+
+#[test]
 fn fsync_policies() {
     assert_eq!(
         load("[store]\nfsync = \"always\"").store().fsync,
@@ -452,17 +529,24 @@ fn cli_style_overrides() {
 }
 
 #[test]
-fn grouping_handler_parses_either_case() {
-    let c = load("[grouping_handler]\nname = \"g\"\ntype = \"remote\"\naddress = \"jms\"");
-    assert_eq!(
-        c.grouping_handler(),
-        Some(&GroupingHandler {
-            name: "g".to_owned(),
-            kind: GroupingHandlerKind::Remote,
-            address: "jms".to_owned(),
-            timeout: Duration::from_secs(5),
+fn grouping_handler_is_refused_until_clustering_exists() {
+    let want = "config: grouping_handler: not supported yet (clustered message grouping comes \
+                with clustering; a single broker groups on its own)";
+    for text in [
+        "[grouping_handler]\nname = \"g\"\ntype = \"LOCAL\"\naddress = \"orders\"",
+        "[grouping_handler]",
+        "[grouping_handler]\nanything = 1",
+    ] {
+        assert_eq!(error(text), want, "for:\n{text}");
+    }
+    let err = Config::from_toml_str("[grouping_handler]").err();
+    assert!(matches!(
+        err,
+        Some(ConfigError::Key {
+            problem: Problem::NotSupportedYet(_),
+            ..
         })
-    );
+    ));
 }
 
 #[test]

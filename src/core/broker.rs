@@ -3,6 +3,7 @@
 
 use super::auth::Authenticator;
 use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
+use super::delay_headers::{self, DelayHeaderNames};
 use super::error::CoreError;
 use super::factory::ConnectionFactory;
 use super::fast_map::FastDashMap;
@@ -69,6 +70,8 @@ pub struct Broker {
 
 struct Inner {
     settings: SettingsTable,
+    /// Every name some queue reads as a delay, for the protocols.
+    delay_header_names: DelayHeaderNames,
     auth: Authenticator,
     store: Store,
     queues: FastDashMap<Arc<str>, Arc<Queue>>,
@@ -93,8 +96,12 @@ const QUEUE_RECORD_VERSION: u8 = 1;
 impl Broker {
     /// Opens the broker on a store, recovering the queues and messages in it.
     pub fn open(store: Store, options: BrokerOptions) -> Result<Broker, CoreError> {
+        let declared_headers = options.declared.iter().flat_map(|(_, s)| &s.delay_headers);
+        let delay_header_names =
+            DelayHeaderNames::new(options.settings.all_delay_headers().chain(declared_headers));
         let inner = Arc::new_cyclic(|me| Inner {
             settings: options.settings,
+            delay_header_names,
             auth: options.auth,
             store,
             queues: FastDashMap::default(),
@@ -117,6 +124,12 @@ impl Broker {
             broker.queue_or_create(name, true)?;
         }
         Ok(broker)
+    }
+
+    /// Every property name some queue reads as a delay: a protocol sets
+    /// `Message::may_carry_delay` on a message that has one.
+    pub fn delay_header_names(&self) -> &DelayHeaderNames {
+        &self.inner.delay_header_names
     }
 
     pub fn auth(&self) -> &Authenticator {
@@ -266,7 +279,10 @@ impl Broker {
         let mut now_at = Vec::with_capacity(messages.size_hint().0);
         for mut message in messages {
             let settings = queue.settings();
-            if message.due_at.is_some() || !settings.default_message_delay.is_zero() {
+            if message.due_at.is_some()
+                || message.may_carry_delay
+                || !settings.default_message_delay.is_zero()
+            {
                 // Not shared yet: no copy.
                 if let Err(e) = self.resolve_delay(Arc::make_mut(&mut message), settings) {
                     results.push(Err(e));
@@ -307,19 +323,27 @@ impl Broker {
         queue.publish_counted(message, delivery_count).into()
     }
 
-    /// Applies the queue's default delay and the maximum (Zaqar's delayed
-    /// queues). Applied again to its result it changes nothing: the delay
-    /// left only shrinks.
+    /// Reads the queue's `delay_headers` when the protocol found one, then applies the
+    /// queue's default delay and the maximum (Zaqar's delayed queues). Applied again
+    /// to its result it changes nothing: the delay left only shrinks.
     pub(super) fn resolve_delay(
         &self,
         message: &mut Message,
         settings: &QueueSettings,
     ) -> Result<(), CoreError> {
-        if message.due_at.is_none() && settings.default_message_delay.is_zero() {
+        let from_properties = message.due_at.is_none()
+            && message.may_carry_delay
+            && !settings.delay_headers.is_empty();
+        if message.due_at.is_none() && settings.default_message_delay.is_zero() && !from_properties
+        {
             // The common case, without a clock read per message.
             return Ok(());
         }
         let now = now_ms();
+        if from_properties {
+            message.due_at =
+                delay_headers::due_at(&message.properties, &settings.delay_headers, now);
+        }
         let due = match message.due_at {
             Some(due) => due,
             None => now + settings.default_message_delay.as_millis() as u64,

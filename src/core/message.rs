@@ -75,6 +75,10 @@ pub struct Message {
     pub priority: u8,
     /// The original encoding, when a protocol wants to forward it unchanged.
     pub wire: Option<WireForm>,
+    /// A property is named like a delay header of some queue: set by the protocol that
+    /// read it, so the core looks through the properties for a delay only then (see
+    /// [`super::delay_headers`]). Meaningful at publish only; never stored.
+    pub may_carry_delay: bool,
 }
 
 impl Message {
@@ -103,6 +107,7 @@ impl Message {
             durable: false,
             priority: Self::DEFAULT_PRIORITY,
             wire: None,
+            may_carry_delay: false,
         }
     }
 

@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod broker;
 pub mod consumer;
+pub mod delay_headers;
 pub mod deliveries;
 pub mod error;
 pub mod factory;

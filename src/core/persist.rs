@@ -153,6 +153,7 @@ pub fn decode(mut buf: Bytes) -> Result<StoredMessage, DecodeError> {
             durable,
             priority,
             wire,
+            may_carry_delay: false,
         },
         delivery_count,
     })

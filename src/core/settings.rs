@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::delay_headers::DelayHeader;
+
 /// What to do with a per-message delay above `max_message_delay`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DelayOverMax {
@@ -32,6 +34,9 @@ pub struct QueueSettings {
     pub default_message_delay: Duration,
     pub max_message_delay: Duration,
     pub delay_over_max: DelayOverMax,
+    /// Properties read as a per-message delay besides the broker-defined ones, in order
+    /// of precedence (see [`super::delay_headers`]).
+    pub delay_headers: Vec<DelayHeader>,
     pub redelivery_delay: Duration,
     pub redelivery_multiplier: f64,
     pub max_redelivery_delay: Duration,
@@ -41,7 +46,9 @@ pub struct QueueSettings {
     pub group_buckets: i32,
     pub group_first_key: Option<String>,
     pub consumers_before_dispatch: u32,
-    /// How long to wait for `consumers_before_dispatch`; `None` without a limit.
+    /// How long dispatch waits for `consumers_before_dispatch` after the first consumer
+    /// attaches (Artemis's meaning): `None` waits without a time limit (Artemis's -1),
+    /// zero does not wait at all.
     pub delay_before_dispatch: Option<Duration>,
     pub exclusive: bool,
     /// Create the queue when a client first names it.
@@ -60,6 +67,7 @@ impl Default for QueueSettings {
             default_message_delay: Duration::ZERO,
             max_message_delay: Duration::from_secs(900),
             delay_over_max: DelayOverMax::Reject,
+            delay_headers: DelayHeader::defaults(),
             redelivery_delay: Duration::ZERO,
             redelivery_multiplier: 1.0,
             max_redelivery_delay: Duration::from_secs(600),
@@ -87,6 +95,7 @@ pub struct QueueSettingsOverride {
     pub default_message_delay: Option<Duration>,
     pub max_message_delay: Option<Duration>,
     pub delay_over_max: Option<DelayOverMax>,
+    pub delay_headers: Option<Vec<DelayHeader>>,
     pub redelivery_delay: Option<Duration>,
     pub redelivery_multiplier: Option<f64>,
     pub max_redelivery_delay: Option<Duration>,
@@ -120,6 +129,7 @@ impl QueueSettingsOverride {
             default_message_delay,
             max_message_delay,
             delay_over_max,
+            delay_headers,
             redelivery_delay,
             redelivery_multiplier,
             max_redelivery_delay,
@@ -206,6 +216,16 @@ impl SettingsTable {
 
     pub fn defaults(&self) -> &QueueSettings {
         &self.defaults
+    }
+
+    /// Every delay header any queue may read: the defaults' and every pattern's.
+    pub fn all_delay_headers(&self) -> impl Iterator<Item = &DelayHeader> {
+        let listed = self
+            .patterns
+            .iter()
+            .filter_map(|(_, over)| over.delay_headers.as_ref())
+            .flatten();
+        self.defaults.delay_headers.iter().chain(listed)
     }
 
     /// Settings for a queue, most specific matching pattern applied last.

@@ -778,3 +778,62 @@ async fn sends_published_together_arrive_in_order_with_their_own_results() {
             .unwrap();
     }
 }
+
+/// A message marked by its protocol as carrying a delay header gets its due time
+/// from the queue's `delay_headers`; unmarked, or on a queue that lists none, its
+/// properties are not read. (No schedule is installed here: a delayed message is
+/// delivered at once, with the due time it was given.)
+#[tokio::test]
+async fn delay_headers_are_read_by_the_queue_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut table = settings::SettingsTable::new(QueueSettings::default());
+    table.add(
+        settings::AddressPattern::new("plain"),
+        settings::QueueSettingsOverride {
+            delay_headers: Some(Vec::new()),
+            ..Default::default()
+        },
+    );
+    let options = BrokerOptions {
+        settings: table,
+        ..BrokerOptions::with_queue_settings(QueueSettings::default())
+    };
+    let broker = Broker::open(
+        Store::open(dir.path(), StoreOptions::default()).unwrap(),
+        options,
+    )
+    .unwrap();
+    assert!(broker.delay_header_names().contains("x-delay"));
+    assert!(broker.delay_header_names().contains("delay"));
+    let with_delay = |queue: &str, name: &str, value: &str, marked: bool| {
+        let mut m = msg(queue, "x", None);
+        m.properties
+            .push((Arc::from(name), Value::String(Arc::from(value))));
+        m.may_carry_delay = marked;
+        m
+    };
+    let due_of = |queue: &str, m: Message| {
+        let (tx, mut rx) = deliveries::channel();
+        let _sub = broker
+            .subscribe(queue, RoutingType::Anycast, window(10), tx)
+            .unwrap();
+        let before = message::now_ms();
+        broker.publish(m, RoutingType::Anycast).unwrap();
+        let got = drain(&mut rx);
+        assert_eq!(got.len(), 1);
+        got[0].message.due_at.map(|at| at.saturating_sub(before))
+    };
+    let due = due_of("q1", with_delay("q1", "x-delay", "300", true));
+    assert!(due.is_some_and(|d| (300..1_000).contains(&d)), "{due:?}");
+    let due = due_of("q2", with_delay("q2", "delay", "2", true));
+    assert!(due.is_some_and(|d| (2_000..3_000).contains(&d)), "{due:?}");
+    assert_eq!(due_of("q3", with_delay("q3", "delay", "abc", true)), None);
+    assert_eq!(
+        due_of("q4", with_delay("q4", "x-delay", "300", false)),
+        None
+    );
+    assert_eq!(
+        due_of("plain", with_delay("plain", "x-delay", "300", true)),
+        None
+    );
+}

@@ -166,6 +166,21 @@ impl Frame {
     }
 }
 
+/// Appends one STOMP frame to `out` (many frames can then go out in one write).
+pub fn encode_frame(out: &mut Vec<u8>, command: &str, headers: &[(&str, &str)], body: &[u8]) {
+    out.extend_from_slice(command.as_bytes());
+    out.push(b'\n');
+    for (k, v) in headers {
+        out.extend_from_slice(format!("{k}:{v}\n").as_bytes());
+    }
+    if !body.is_empty() {
+        out.extend_from_slice(format!("content-length:{}\n", body.len()).as_bytes());
+    }
+    out.push(b'\n');
+    out.extend_from_slice(body);
+    out.push(0);
+}
+
 /// A deliberately simple STOMP 1.2 client: blocking socket, one frame at a time.
 pub struct Stomp {
     stream: TcpStream,
@@ -202,17 +217,7 @@ impl Stomp {
 
     pub fn send_frame(&mut self, command: &str, headers: &[(&str, &str)], body: &[u8]) {
         let mut out = Vec::with_capacity(64 + body.len());
-        out.extend_from_slice(command.as_bytes());
-        out.push(b'\n');
-        for (k, v) in headers {
-            out.extend_from_slice(format!("{k}:{v}\n").as_bytes());
-        }
-        if !body.is_empty() {
-            out.extend_from_slice(format!("content-length:{}\n", body.len()).as_bytes());
-        }
-        out.push(b'\n');
-        out.extend_from_slice(body);
-        out.push(0);
+        encode_frame(&mut out, command, headers, body);
         self.raw(&out);
     }
 

@@ -5,6 +5,7 @@
 //! same group at once; only that group waits.
 
 use super::{InFlight, Queue, State, PAUSED};
+use crate::core::consumer::ConsumerId;
 use crate::core::fast_map::FastMap;
 use std::sync::Arc;
 
@@ -35,6 +36,24 @@ impl Queue {
 }
 
 impl State {
+    /// Takes a group from `consumer` (it cannot take the group's messages,
+    /// AMQP undeliverable-here). While it still holds older messages of the
+    /// group the group is paused, as a rebalance pauses it, so nobody gets a
+    /// newer message before those are settled and back in their place.
+    pub(super) fn move_group_from(&mut self, lane: &Arc<str>, consumer: ConsumerId) {
+        let held = self
+            .in_flight
+            .values()
+            .filter(|f| f.consumer == consumer && f.entry.lane.as_ref() == Some(lane))
+            .count() as u32;
+        if held == 0 {
+            self.set_owner(lane, None);
+        } else {
+            self.set_owner(lane, Some(PAUSED));
+            *self.paused_in_flight.entry(lane.clone()).or_default() += held;
+        }
+    }
+
     /// Frees a paused group whose last delivery in flight this was.
     pub(super) fn note_taken(&mut self, flight: InFlight) -> InFlight {
         if self.paused_in_flight.is_empty() {

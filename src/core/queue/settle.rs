@@ -118,7 +118,7 @@ impl Queue {
                         entry.avoid = Some(consumer);
                         if let Some(lane) = &entry.lane {
                             if st.groups.owner(lane) == Some(consumer) {
-                                st.set_owner(lane, None);
+                                st.move_group_from(lane, consumer);
                             }
                         }
                     }

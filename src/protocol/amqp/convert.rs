@@ -19,7 +19,8 @@
 //! | subject         | properties.subject                                      | subject                 |
 //! | group_id        | properties.group-id, else app-property JMSXGroupID / _AMQ_GROUP_ID / _HQ_GROUP_ID | JMSXGroupID |
 //! | group_seq       | properties.group-sequence (uint, 4294967295 = -1)       | JMSXGroupSeq            |
-//! | due_at          | annotation x-opt-delivery-time (abs) / x-opt-delivery-delay (rel), or app-properties AMQ_SCHEDULED_TIME, _AMQ_SCHED_DELIVERY, AMQ_SCHEDULED_DELAY, x-delay, delay (s) | same names |
+//! | due_at          | annotation x-opt-delivery-time (abs) / x-opt-delivery-delay (rel), or app-properties AMQ_SCHEDULED_TIME, _AMQ_SCHED_DELIVERY, AMQ_SCHEDULED_DELAY | same names |
+//! | (core: due_at)  | app-properties in the queue's `delay_headers` (x-delay, delay (s) by default), read by the core | same names |
 //! | properties      | application-properties (typed)                          | other headers (strings) |
 
 use super::error::AmqpCodecError;
@@ -27,6 +28,7 @@ use super::messaging::{
     ApplicationProperties, Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties,
 };
 use super::types::{code, Map, Str, Symbol, Value as AmqpValue};
+use crate::core::delay_headers::DelayHeaderNames;
 use crate::core::message::{Message, Property, Value, WireForm};
 use crate::core::properties::Properties as UserProperties;
 use bytes::{Bytes, BytesMut};
@@ -100,10 +102,11 @@ fn has_meaning(name: &str) -> bool {
 }
 
 /// Every name the broker acts on starts with one of these: most names are
-/// turned away by their first byte instead of by nine comparisons (a test
-/// keeps the list whole).
+/// turned away by their first byte instead of by seven comparisons (a test
+/// keeps the list whole). Names the core may read as a delay have their own
+/// first bytes, in [`DelayHeaderNames`].
 fn may_have_meaning(first: u8) -> bool {
-    matches!(first, b'A' | b'_' | b'x' | b'd' | b'J')
+    matches!(first, b'A' | b'_' | b'J')
 }
 
 /// A scalar read in place: a value, or text still to be copied.
@@ -240,15 +243,15 @@ fn as_i64(v: &AmqpValue) -> Option<i64> {
 /// The application properties that schedule a message, first occurrence of each,
 /// in the order of [`ScheduleProperties::NAMES`].
 #[derive(Default)]
-struct ScheduleProperties([Option<AmqpValue>; 5]);
+struct ScheduleProperties([Option<AmqpValue>; 3]);
 
 impl ScheduleProperties {
-    const NAMES: [&'static str; 5] = [
+    /// The broker-defined names (`core::delay_headers::BROKER_DELAY_NAMES`); the
+    /// others a queue may read as a delay stay plain properties for the core.
+    const NAMES: [&'static str; 3] = [
         "AMQ_SCHEDULED_TIME",
         "_AMQ_SCHED_DELIVERY",
         "AMQ_SCHEDULED_DELAY",
-        "x-delay",
-        "delay",
     ];
 
     fn note(&mut self, name: &str, value: &AmqpValue) {
@@ -287,19 +290,16 @@ fn due_at(
         }
     }
     let relative = [
-        (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY, 1u64),
-        (props.get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY", 1),
-        (props.get("x-delay"), "x-delay", 1),
-        (props.get("delay"), "delay", 1000),
+        (annotation(ann, DELIVERY_DELAY), DELIVERY_DELAY),
+        (props.get("AMQ_SCHEDULED_DELAY"), "AMQ_SCHEDULED_DELAY"),
     ];
-    for (value, name, unit) in relative {
+    for (value, name) in relative {
         if let Some(v) = value {
             let d = as_i64(v).ok_or(invalid(name, "not an integer delay"))?;
-            let d = u64::try_from(d).map_err(|_| invalid(name, "a delay cannot be negative"))?;
-            let ms = d
-                .checked_mul(unit)
-                .filter(|ms| *ms <= ABSURD_MS)
-                .ok_or(invalid(name, "absurdly far in the future"))?;
+            let ms = u64::try_from(d).map_err(|_| invalid(name, "a delay cannot be negative"))?;
+            if ms > ABSURD_MS {
+                return Err(invalid(name, "absurdly far in the future"));
+            }
             return Ok(Some(now() + ms));
         }
     }
@@ -335,11 +335,14 @@ fn body_bytes(view: &MessageView) -> Bytes {
 /// reads the clock once per wake-up, before the frames it then reads); a delay or a
 /// time-to-live counts from `now()`, read only for a message that has one, so that a
 /// message read after the stamp is never due, or expired, before it came in.
+/// An application property named in `delay_names` marks the message for the core,
+/// which reads it as a delay if the queue's `delay_headers` say so.
 pub fn inbound(
     view: &MessageView,
     address: Arc<str>,
     arrived: u64,
     now: impl Fn() -> u64,
+    delay_names: &DelayHeaderNames,
 ) -> Result<Message, ConvertError> {
     let mut m = Message::new(address, body_bytes(view), arrived);
     if let Some(h) = view.header() {
@@ -368,9 +371,9 @@ pub fn inbound(
     // (see `core::properties`): AMQP consumers get the original bytes anyway.
     let mut schedule = ScheduleProperties::default();
     let map = view.application_properties_encoded();
-    let kept = match plain_entries(map) {
+    let kept = match plain_entries(map, delay_names) {
         Some(kept) => kept,
-        None => walk_entries(view, &mut m, &mut schedule)?,
+        None => walk_entries(view, &mut m, &mut schedule, delay_names)?,
     };
     if kept > 0 {
         if let Some(map) = view.application_properties_bytes() {
@@ -391,12 +394,13 @@ pub fn inbound(
 }
 
 /// The entries of an application-properties map when every one is plain: an
-/// ASCII string key that cannot be one the broker acts on, and a value
+/// ASCII string key that cannot be one the broker acts on (nor one a queue may
+/// read as a delay), and a value
 /// [`read_in_place`] checks. That is what nearly every client sends, and one
 /// pass over the bytes tells, where [`walk_entries`] reads entry by entry.
 /// `None` sends the map the long way: anything else in it, no map, or anything
 /// malformed (which the long way reports).
-fn plain_entries(map: &[u8]) -> Option<usize> {
+fn plain_entries(map: &[u8], delay_names: &DelayHeaderNames) -> Option<usize> {
     // The size covers the count and the entries; the map must end where it says.
     let (count, mut body) = match map {
         [code::MAP8, size, count, rest @ ..] => {
@@ -423,7 +427,8 @@ fn plain_entries(map: &[u8]) -> Option<usize> {
         // An ASCII name whose first byte rules out a meaning; any other goes
         // the long way. (One OR over the bytes: names are short.)
         let ascii = name.iter().fold(0, |all, b| all | b) < 0x80;
-        if !ascii || name.first().is_none_or(|b| may_have_meaning(*b)) {
+        let first = name.first().copied();
+        if !ascii || first.is_none_or(|b| may_have_meaning(b) || delay_names.may_start(b)) {
             return None;
         }
         let width = match *rest.first()? {
@@ -451,11 +456,13 @@ fn plain_entries(map: &[u8]) -> Option<usize> {
 }
 
 /// Checks every application property, takes the group and delay ones into `m`
-/// and `schedule`, and returns how many the core keeps.
+/// and `schedule`, marks `m` when one may be a queue's delay header, and returns
+/// how many the core keeps.
 fn walk_entries(
     view: &MessageView,
     m: &mut Message,
     schedule: &mut ScheduleProperties,
+    delay_names: &DelayHeaderNames,
 ) -> Result<usize, ConvertError> {
     let mut entries = view.application_property_entries();
     let mut kept = 0;
@@ -467,6 +474,7 @@ fn walk_entries(
             continue;
         };
         if !has_meaning(name) {
+            m.may_carry_delay |= delay_names.contains(name);
             // Most are plain numbers or short strings: checked in place.
             if read_in_place(encoded).is_none() {
                 entries.decode(encoded).map_err(ConvertError::Malformed)?;
@@ -636,8 +644,13 @@ fn build(m: &Message, header: Header) -> AmqpMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::delay_headers::DelayHeader;
     use crate::protocol::amqp::types::tests::leaf;
     use proptest::prelude::*;
+
+    fn delay_names() -> DelayHeaderNames {
+        DelayHeaderNames::new(&DelayHeader::defaults())
+    }
 
     #[test]
     fn every_property_the_broker_acts_on_passes_the_first_byte_filter() {
@@ -650,6 +663,10 @@ mod tests {
         }
         assert!(!has_meaning("perf-seq"));
         assert!(!has_meaning("delayed")); // the right first byte is not enough
+        for name in ["x-delay", "delay"] {
+            assert!(!has_meaning(name), "{name}: the core's to read");
+            assert!(delay_names().may_start(name.as_bytes()[0]), "{name}");
+        }
     }
 
     /// NaN is not equal to itself; compare what the core would compare.
@@ -715,7 +732,7 @@ mod tests {
             };
             let view = MessageView::parse(amqp.to_bytes()).unwrap();
             // A delay or group it cannot use is refused as a whole; nothing to compare.
-            let Ok(m) = inbound(&view, Arc::from("q"), 1000, || 1000) else { return Ok(()) };
+            let Ok(m) = inbound(&view, Arc::from("q"), 1000, || 1000, &delay_names()) else { return Ok(()) };
             let expected = decoded_in_full(&view);
             let got = m.properties.list();
             prop_assert_eq!(got.len(), expected.len());
@@ -741,9 +758,11 @@ mod tests {
     fn walked(view: &MessageView) -> (Option<usize>, bool) {
         let mut m = Message::new(Arc::from("q"), Bytes::new(), 0);
         let mut schedule = ScheduleProperties::default();
-        let kept = walk_entries(view, &mut m, &mut schedule).ok();
-        let acted =
-            m.group_id.is_some() || m.group_seq.is_some() || schedule.0.iter().any(Option::is_some);
+        let kept = walk_entries(view, &mut m, &mut schedule, &delay_names()).ok();
+        let acted = m.group_id.is_some()
+            || m.group_seq.is_some()
+            || m.may_carry_delay
+            || schedule.0.iter().any(Option::is_some);
         (kept, acted)
     }
 
@@ -756,7 +775,7 @@ mod tests {
             (AmqpValue::symbol("on"), AmqpValue::Bool(true)),
         ]);
         assert_eq!(
-            plain_entries(view.application_properties_encoded()),
+            plain_entries(view.application_properties_encoded(), &delay_names()),
             Some(4)
         );
         let grouped = view_with(vec![
@@ -764,13 +783,17 @@ mod tests {
             (AmqpValue::string("JMSXGroupID"), AmqpValue::string("g")),
         ]);
         assert_eq!(
-            plain_entries(grouped.application_properties_encoded()),
+            plain_entries(grouped.application_properties_encoded(), &delay_names()),
             None
         );
-        assert_eq!(plain_entries(&[]), None, "no map: the long way");
+        assert_eq!(
+            plain_entries(&[], &delay_names()),
+            None,
+            "no map: the long way"
+        );
         // {"k": boolean 0x56 with a byte that is neither 0 nor 1}: refused, the long way.
         let odd_boolean = [code::MAP8, 6, 2, code::STR8, 1, b'k', code::BOOLEAN, 2];
-        assert_eq!(plain_entries(&odd_boolean), None);
+        assert_eq!(plain_entries(&odd_boolean, &delay_names()), None);
         let mut payload = vec![0x00, 0x53, 0x74];
         payload.extend_from_slice(&odd_boolean);
         let view = MessageView::parse(Bytes::from(payload)).unwrap();
@@ -802,7 +825,7 @@ mod tests {
                     }
                 }
             };
-            if let Some(kept) = plain_entries(view.application_properties_encoded()) {
+            if let Some(kept) = plain_entries(view.application_properties_encoded(), &delay_names()) {
                 prop_assert_eq!(walked(&view), (Some(kept), false));
             }
         }
@@ -811,7 +834,7 @@ mod tests {
     #[test]
     fn properties_stay_encoded_until_read() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000, &delay_names()).unwrap();
         assert!(m.properties.is_encoded());
         assert_eq!(m.properties.count(), 2);
         let detached = m.detached();
@@ -829,7 +852,7 @@ mod tests {
         payload.extend_from_slice(&[0x00, 0x53, 0x75, 0xa0, 0x00]);
         let view = MessageView::parse(Bytes::from(payload)).unwrap();
         assert!(matches!(
-            inbound(&view, Arc::from("q"), 0, || 0),
+            inbound(&view, Arc::from("q"), 0, || 0, &delay_names()),
             Err(ConvertError::Malformed(_))
         ));
     }
@@ -911,7 +934,7 @@ mod tests {
     #[test]
     fn inbound_maps_fields() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000, &delay_names()).unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(61_000));
@@ -938,7 +961,7 @@ mod tests {
         // The stamp is read before the frames of a wake-up are; a message read
         // later must not be due (or expire) before it came in.
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, || 1700).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1700, &delay_names()).unwrap();
         assert_eq!(m.timestamp, 1000);
         assert_eq!(m.due_at, Some(6700), "delay 5000 from 1700");
         assert_eq!(m.expires_at, Some(61_700), "ttl 60000 from 1700");
@@ -947,7 +970,7 @@ mod tests {
     #[test]
     fn outbound_keeps_the_bare_message_and_rewrites_the_header() {
         let view = MessageView::parse(jms_like().to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000, &delay_names()).unwrap();
         let mut buf = BytesMut::new();
         assert!(
             outbound(&m, 3, 2000, None, &mut buf).is_none(),
@@ -969,14 +992,50 @@ mod tests {
             AmqpValue::Long(-5),
         )]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0, || 0).is_err());
+        assert!(inbound(&view, Arc::from("q"), 0, || 0, &delay_names()).is_err());
         msg.message_annotations = None;
-        msg.application_properties = Some(vec![(
-            AmqpValue::string("x-delay"),
-            AmqpValue::string("soon"),
-        )]);
-        let view = MessageView::parse(msg.to_bytes()).unwrap();
-        assert!(inbound(&view, Arc::from("q"), 0, || 0).is_err());
+        for name in ScheduleProperties::NAMES {
+            msg.application_properties =
+                Some(vec![(AmqpValue::string(name), AmqpValue::string("soon"))]);
+            let view = MessageView::parse(msg.to_bytes()).unwrap();
+            assert!(
+                inbound(&view, Arc::from("q"), 0, || 0, &delay_names()).is_err(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_brokers_delay_names_stay_properties_for_the_core_to_read() {
+        let mut msg = jms_like();
+        msg.message_annotations = None;
+        for (name, value) in [
+            ("x-delay", AmqpValue::string("soon")),
+            ("x-delay", AmqpValue::Long(300)),
+            ("delay", AmqpValue::Int(-2)),
+        ] {
+            msg.application_properties = Some(vec![
+                (AmqpValue::string("color"), AmqpValue::string("red")),
+                (AmqpValue::string(name), value.clone()),
+            ]);
+            let view = MessageView::parse(msg.to_bytes()).unwrap();
+            let m = inbound(&view, Arc::from("q"), 0, || 0, &delay_names())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(m.due_at, None, "{name}");
+            assert!(m.may_carry_delay, "{name}");
+            assert_eq!(m.property(name), core_value(&value).as_ref(), "{name}");
+            // Where no queue reads it, it is a property like any other: the fast path.
+            let m = inbound(&view, Arc::from("q"), 0, || 0, &DelayHeaderNames::default())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!m.may_carry_delay, "{name}");
+            assert_eq!(m.properties.count(), 2);
+        }
+        let plain = view_with(vec![(AmqpValue::string("delays"), AmqpValue::Int(1))]);
+        assert_eq!(
+            walked(&plain),
+            (Some(1), false),
+            "the right first byte is not enough"
+        );
     }
 
     #[test]
@@ -987,7 +1046,7 @@ mod tests {
             0x00,
         ]);
         let view = MessageView::parse(raw).unwrap();
-        let e = inbound(&view, Arc::from("q"), 0, || 0).unwrap_err();
+        let e = inbound(&view, Arc::from("q"), 0, || 0, &delay_names()).unwrap_err();
         assert_eq!(e.condition(), "amqp:decode-error");
     }
 
@@ -1000,7 +1059,9 @@ mod tests {
         ]);
         let view = MessageView::parse(msg.to_bytes()).unwrap();
         assert_eq!(
-            inbound(&view, Arc::from("q"), 0, || 0).unwrap().due_at,
+            inbound(&view, Arc::from("q"), 0, || 0, &delay_names())
+                .unwrap()
+                .due_at,
             Some(9999)
         );
     }
@@ -1010,7 +1071,7 @@ mod tests {
         let mut amqp = jms_like();
         amqp.body = Body::Data(vec![Bytes::from(vec![7u8; SHARE_FROM])]);
         let view = MessageView::parse(amqp.to_bytes()).unwrap();
-        let m = inbound(&view, Arc::from("q"), 1000, || 1000).unwrap();
+        let m = inbound(&view, Arc::from("q"), 1000, || 1000, &delay_names()).unwrap();
         let wire = m.wire.clone().unwrap().bytes;
         let mut buf = BytesMut::new();
         let tail = outbound(&m, 3, 2000, None, &mut buf).expect("shared, not copied");

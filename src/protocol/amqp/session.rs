@@ -612,7 +612,9 @@ impl Session {
                 (node.name, Dest::Routed(node.routing))
             }
         };
-        let mut message = match convert::inbound(view, address, cx.read_at_ms, now_ms) {
+        let delay_names = cx.broker.delay_header_names();
+        let mut message = match convert::inbound(view, address, cx.read_at_ms, now_ms, delay_names)
+        {
             Ok(m) => m,
             Err(e) => return Some(rejected(e.condition(), &e.to_string())),
         };

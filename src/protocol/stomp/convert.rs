@@ -4,6 +4,7 @@
 use super::codec::FrameWriter;
 use super::error::StompError;
 use super::frame::Frame;
+use crate::core::delay_headers::DelayHeaderNames;
 use crate::core::message::{now_ms, Message, Value};
 use crate::core::names::Names;
 use crate::core::RoutingType;
@@ -82,8 +83,6 @@ const FRAME_HEADERS: &[&str] = &[
     "AMQ_SCHEDULED_DELAY",
     "AMQ_SCHEDULED_TIME",
     "_AMQ_SCHED_DELIVERY",
-    "x-delay",
-    "delay",
     "redelivered",
     "subscription",
     "ack",
@@ -99,12 +98,15 @@ macro_rules! slot {
 
 pub const GROUP_ID_HEADERS: [&str; 3] = ["JMSXGroupID", "_AMQ_GROUP_ID", "_HQ_GROUP_ID"];
 
-/// Builds the core message for a SEND. `now` is the broker clock in ms.
+/// Builds the core message for a SEND. `now` is the broker clock in ms. A header
+/// named in `delay_names` stays a property and marks the message for the core, which
+/// reads it as a delay if the queue's `delay_headers` say so.
 pub fn message_from_send(
     frame: &Frame,
     dest: &Destination,
     now: u64,
     names: &mut Names,
+    delay_names: &DelayHeaderNames,
 ) -> Result<Message, ConvertError> {
     let mut message = Message::new(names.get(&dest.name), frame.body.clone(), now);
     // One pass over the headers: broker headers are noted (the first of a
@@ -122,6 +124,7 @@ pub fn message_from_send(
         {
             continue;
         }
+        message.may_carry_delay |= delay_names.contains(name);
         properties.push((names.get(name), Value::String(Arc::from(value))));
     }
     message.properties = properties.into();
@@ -258,9 +261,10 @@ fn expiry(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
 /// Ten years: anything beyond is a mistake, not a delay.
 const ABSURD_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
-/// The due time from any of the delay headers clients use; absolute forms beat
-/// relative ones. `Some(now)` for an explicit zero delay, which overrides a
-/// queue's default delay.
+/// The due time from the broker-defined delay headers; an absolute time beats a
+/// relative delay. `Some(now)` for an explicit zero delay, which overrides a queue's
+/// default delay. Other brokers' names (`x-delay`, `delay`) are the core's to read,
+/// by the queue's `delay_headers`.
 fn due_time(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
     let absolute = [
         ("AMQ_SCHEDULED_TIME", slot!("AMQ_SCHEDULED_TIME")),
@@ -275,21 +279,12 @@ fn due_time(frame: &Known<'_>, now: u64) -> Result<Option<u64>, ConvertError> {
             return Ok(Some(at));
         }
     }
-    let relative = [
-        ("AMQ_SCHEDULED_DELAY", slot!("AMQ_SCHEDULED_DELAY"), 1u64),
-        ("x-delay", slot!("x-delay"), 1),
-        ("delay", slot!("delay"), 1000),
-    ];
-    for (header, slot, unit) in relative {
-        if let Some(v) = frame.get(slot) {
-            let ms = delay_value(header, v)?
-                .checked_mul(unit)
-                .ok_or_else(|| absurd(header, v))?;
-            if ms > ABSURD_MS {
-                return Err(absurd(header, v));
-            }
-            return Ok(Some(now + ms));
+    if let Some(v) = frame.get(slot!("AMQ_SCHEDULED_DELAY")) {
+        let ms = delay_value("AMQ_SCHEDULED_DELAY", v)?;
+        if ms > ABSURD_MS {
+            return Err(absurd("AMQ_SCHEDULED_DELAY", v));
         }
+        return Ok(Some(now + ms));
     }
     Ok(None)
 }
@@ -434,7 +429,14 @@ mod tests {
             ("color", "red"),
             ("color", "blue"),
         ]);
-        let m = message_from_send(&f, &dest, 5000, &mut Names::default()).unwrap();
+        let m = message_from_send(
+            &f,
+            &dest,
+            5000,
+            &mut Names::default(),
+            &default_delay_names(),
+        )
+        .unwrap();
         assert!(m.durable);
         assert_eq!(m.priority, 7);
         assert_eq!(m.expires_at, Some(6000));
@@ -603,29 +605,52 @@ mod tests {
         }
     }
 
+    fn default_delay_names() -> DelayHeaderNames {
+        DelayHeaderNames::new(&crate::core::delay_headers::DelayHeader::defaults())
+    }
+
     #[test]
     fn delay_forms() {
         let dest = parse_destination("q").unwrap();
-        let due = |h: &'static str, v: &'static str| {
-            message_from_send(&send(&[(h, v)]), &dest, 1000, &mut Names::default())
-                .map(|m| m.due_at)
+        let convert = |headers: &[(&'static str, &'static str)]| {
+            let names = default_delay_names();
+            message_from_send(&send(headers), &dest, 1000, &mut Names::default(), &names)
         };
+        let due = |h: &'static str, v: &'static str| convert(&[(h, v)]).map(|m| m.due_at);
         assert_eq!(due("AMQ_SCHEDULED_DELAY", "500"), Ok(Some(1500)));
-        assert_eq!(due("x-delay", "500"), Ok(Some(1500)));
-        assert_eq!(due("delay", "2"), Ok(Some(3000)));
         assert_eq!(due("AMQ_SCHEDULED_TIME", "9999"), Ok(Some(9999)));
         assert_eq!(due("_AMQ_SCHED_DELIVERY", "9999"), Ok(Some(9999)));
-        assert_eq!(due("delay", "0"), Ok(Some(1000)));
-        assert!(due("x-delay", "-5").is_err());
-        assert!(due("x-delay", "soon").is_err());
-        assert!(due("delay", "99999999999999").is_err());
+        assert_eq!(due("AMQ_SCHEDULED_DELAY", "0"), Ok(Some(1000)));
+        assert!(due("AMQ_SCHEDULED_DELAY", "-5").is_err());
+        assert!(due("AMQ_SCHEDULED_DELAY", "soon").is_err());
+        assert!(due("_AMQ_SCHED_DELIVERY", "later").is_err());
+        assert!(due("AMQ_SCHEDULED_DELAY", "999999999999999").is_err());
         // Absolute beats relative.
-        let both = send(&[("AMQ_SCHEDULED_DELAY", "1"), ("AMQ_SCHEDULED_TIME", "7777")]);
-        assert_eq!(
-            message_from_send(&both, &dest, 1000, &mut Names::default())
-                .unwrap()
-                .due_at,
-            Some(7777)
+        let both = convert(&[("AMQ_SCHEDULED_DELAY", "1"), ("AMQ_SCHEDULED_TIME", "7777")]);
+        assert_eq!(both.map(|m| m.due_at), Ok(Some(7777)));
+    }
+
+    #[test]
+    fn other_brokers_delay_names_stay_properties_for_the_core_to_read() {
+        let dest = parse_destination("q").unwrap();
+        let convert = |headers: &[(&'static str, &'static str)], names: &DelayHeaderNames| {
+            message_from_send(&send(headers), &dest, 1000, &mut Names::default(), names)
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let defaults = default_delay_names();
+        for (name, value) in [("x-delay", "300"), ("delay", "abc"), ("x-delay", "-5")] {
+            let m = convert(&[(name, value), ("color", "red")], &defaults);
+            assert_eq!(m.due_at, None, "{name}: the core's to read");
+            assert!(m.may_carry_delay, "{name}");
+            assert_eq!(m.property(name), Some(&Value::String(Arc::from(value))));
+        }
+        let plain = convert(&[("color", "red"), ("delays", "1")], &defaults);
+        assert!(
+            !plain.may_carry_delay,
+            "no delay name, nothing for the core to look at"
         );
+        let none = convert(&[("delay", "2")], &DelayHeaderNames::default());
+        assert!(!none.may_carry_delay, "no queue reads it");
+        assert_eq!(none.property("delay"), Some(&Value::String(Arc::from("2"))));
     }
 }

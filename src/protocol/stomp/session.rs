@@ -579,8 +579,13 @@ where
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
         let dest = convert::parse_destination(required(frame, "destination")?)?;
-        let mut message =
-            convert::message_from_send(frame, &dest, convert::now(), &mut self.names)?;
+        let mut message = convert::message_from_send(
+            frame,
+            &dest,
+            convert::now(),
+            &mut self.names,
+            self.broker.delay_header_names(),
+        )?;
         self.producer.apply(&mut message);
         if let Some(tx) = frame.header("transaction") {
             // Any other refusal dooms the transaction; its COMMIT reports it.
