@@ -2,6 +2,8 @@
 //! deliveries in flight, and the disk backlog of a deep queue. One mutex per
 //! queue; nothing inside it awaits, so it is never held across a suspension.
 
+#[cfg(test)]
+mod model;
 mod pending_acks;
 mod priority_fifo;
 pub mod ready;
