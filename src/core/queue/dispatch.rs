@@ -164,8 +164,8 @@ impl Queue {
         let mut starved = std::mem::take(&mut st.starved);
         starved.clear();
         starved.resize(st.consumers.len(), false);
-        // Consumers that already read from disk this pass.
-        let mut read_for: Vec<ConsumerId> = Vec::new();
+        // Consumers that met a message they declared undeliverable this pass.
+        let mut looked_past: Option<Vec<bool>> = None;
         loop {
             if st.ready.is_empty() && st.backlog.is_empty() {
                 break;
@@ -176,15 +176,20 @@ impl Queue {
             let slot = &st.consumers.slots()[index];
             let consumer = slot.id;
             let pick = match &slot.filter {
+                _ if looked_past.as_ref().is_some_and(|l| l[index]) => {
+                    let filter = slot.filter.as_deref();
+                    st.ready.pick_where(consumer, |e| {
+                        e.avoid != Some(consumer) && filter.is_none_or(|f| f.matches(&e.message))
+                    })
+                }
                 Some(filter) => st.ready.pick_filtered(consumer, filter.as_ref()),
                 None => st.ready.pick_for(consumer),
             };
             let Some(pick) = pick else {
-                if !st.backlog.is_empty()
-                    && !read_for.contains(&consumer)
-                    && self.read_for(st, consumer, after) > 0
-                {
-                    read_for.push(consumer);
+                // Reading again and again ends: each read either feeds this
+                // consumer (its credit runs out) or stays in memory (up to
+                // the ceiling), and the backlog only shrinks.
+                if !st.backlog.is_empty() && self.read_for(st, consumer, after) > 0 {
                     continue;
                 }
                 starved[index] = true;
@@ -206,13 +211,19 @@ impl Queue {
                 continue;
             }
             if entry.avoid == Some(consumer) {
-                // Put it back for someone else; this consumer sits out this round.
+                // Put it back for someone else, and look past such messages
+                // for this consumer: they must not hold back what it can take.
                 st.ready.push(entry, owner);
-                starved[index] = true;
+                looked_past.get_or_insert_with(|| vec![false; starved.len()])[index] = true;
                 continue;
             }
+            // The last message of a group frees it: consumers that found
+            // nothing this pass may find its next message now.
+            let frees_group = entry.lane.is_some() && entry.message.group_seq == Some(-1);
             if !self.hand_over(st, index, entry, owner.is_some(), after) {
                 starved[index] = true;
+            } else if frees_group {
+                starved.fill(false);
             }
         }
         st.starved = starved;

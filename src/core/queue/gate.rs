@@ -19,9 +19,23 @@ fn dispatch_delay(settings: &QueueSettings) -> Option<Duration> {
 }
 
 impl DispatchGate {
-    /// A consumer arrived; returns when to look again, if the wait has a limit.
-    pub fn consumer_added(&mut self, settings: &QueueSettings, now: Instant) -> Option<Instant> {
-        if settings.consumers_before_dispatch == 0 || self.open || self.first_at.is_some() {
+    /// A consumer arrived, making `consumers`; returns when to look again, if
+    /// the wait has a limit. Reaching the count opens the gate now, whether or
+    /// not anything waits to be dispatched.
+    pub fn consumer_added(
+        &mut self,
+        settings: &QueueSettings,
+        consumers: usize,
+        now: Instant,
+    ) -> Option<Instant> {
+        if settings.consumers_before_dispatch == 0 || self.open {
+            return None;
+        }
+        if consumers >= settings.consumers_before_dispatch as usize {
+            self.open = true;
+            return None;
+        }
+        if self.first_at.is_some() {
             return None;
         }
         self.first_at = Some(now);
@@ -71,9 +85,11 @@ mod tests {
     fn opens_at_the_count_and_stays_open_until_everyone_leaves() {
         let s = settings(2, None);
         let mut gate = DispatchGate::default();
-        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert_eq!(gate.consumer_added(&s, 1, Instant::now()), None);
         assert!(!gate.allows(&s, 1));
-        assert!(gate.allows(&s, 2));
+        // The second one opens it, with nothing to dispatch yet.
+        gate.consumer_added(&s, 2, Instant::now());
+        assert!(gate.is_open(&s));
         // One of the two leaves: still open.
         assert!(gate.allows(&s, 1));
         gate.all_consumers_left();
@@ -84,9 +100,9 @@ mod tests {
     fn the_delay_runs_from_the_first_consumer() {
         let s = settings(3, Some(Duration::from_millis(30)));
         let mut gate = DispatchGate::default();
-        let at = gate.consumer_added(&s, Instant::now());
+        let at = gate.consumer_added(&s, 1, Instant::now());
         assert!(at.is_some());
-        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert_eq!(gate.consumer_added(&s, 2, Instant::now()), None);
         assert!(!gate.allows(&s, 2));
         std::thread::sleep(Duration::from_millis(40));
         assert!(gate.allows(&s, 1));
@@ -96,7 +112,7 @@ mod tests {
     fn zero_does_not_wait_and_no_count_means_no_gate() {
         let mut gate = DispatchGate::default();
         let s = settings(2, Some(Duration::ZERO));
-        assert_eq!(gate.consumer_added(&s, Instant::now()), None);
+        assert_eq!(gate.consumer_added(&s, 1, Instant::now()), None);
         assert!(gate.allows(&s, 1));
         assert!(DispatchGate::default().allows(&settings(0, None), 0));
     }

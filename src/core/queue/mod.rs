@@ -14,6 +14,8 @@ mod dispatch;
 mod effects;
 mod flow;
 mod gate;
+#[cfg(test)]
+mod model;
 mod pending_acks;
 mod priority_fifo;
 pub mod ready;
@@ -400,7 +402,8 @@ impl Queue {
             );
             if !options.browse {
                 let now = std::time::Instant::now();
-                after.dispatch_at = st.gate.consumer_added(&self.settings, now);
+                let active = st.consumers.active();
+                after.dispatch_at = st.gate.consumer_added(&self.settings, active, now);
                 if self.settings.group_rebalance {
                     self.rebalance(&mut st);
                 }

@@ -137,10 +137,16 @@ impl ReadySet {
 
     /// The best message for a consumer with a filter: the slow path, a scan.
     pub fn pick_filtered(&self, consumer: ConsumerId, filter: &dyn MessageFilter) -> Option<Pick> {
+        self.pick_where(consumer, |e| filter.matches(&e.message))
+    }
+
+    /// The best message for a consumer among those `wanted` accepts (a
+    /// selector, or not one the consumer declared undeliverable): a scan.
+    pub fn pick_where(&self, consumer: ConsumerId, wanted: impl Fn(&Entry) -> bool) -> Option<Pick> {
         let ungrouped = self
             .ungrouped
             .iter()
-            .find(|(_, e)| filter.matches(&e.message))
+            .find(|(_, e)| wanted(e))
             .map(|(k, _)| (k, Pick::Ungrouped(k)));
         let lane_heads = self
             .unbound_heads
@@ -153,10 +159,7 @@ impl ReadySet {
                     .flatten()
                     .map(|head| (head, true)),
             )
-            .filter(|((_, lane), _)| {
-                self.lane_head(lane)
-                    .is_some_and(|entry| filter.matches(&entry.message))
-            })
+            .filter(|((_, lane), _)| self.lane_head(lane).is_some_and(&wanted))
             .min_by_key(|((k, _), _)| *k)
             .map(|((k, lane), owned)| (*k, Pick::Lane(lane.clone(), owned)));
         [ungrouped, lane_heads]

@@ -1,0 +1,638 @@
+//! Drives the real core — a broker over RocksDB in a temporary directory,
+//! with its delay schedule — through the public API, and tells the model
+//! every operation and every delivery, in the order the queue made them.
+//!
+//! One current-thread Tokio runtime per broker run: the core's timers (the
+//! schedule, redelivery delays, paging retries, the dispatch gate's delay)
+//! run only while the driver waits in `block_on`, so nothing can slip in
+//! between looking at the channel and the next operation. Every consumer of
+//! the queue under test shares one delivery channel, so the model sees the
+//! queue's pushes in the exact order it made them, across consumers.
+
+use super::ops::{CaseSettings, Op, SendOp, SettleOp, CONNECTIONS, MAX_CONSUMERS};
+use super::reference::{
+    Cid, ConsumerSpec, CreditKind, Invariant, Model, ModelSettings, Ms, MsgId, Sent, Settle, Span,
+    Violation, SLACK,
+};
+use crate::core::consumer::MessageFilter;
+use crate::core::deliveries::{self, Deliveries, DeliverySink};
+use crate::core::message::now_ms;
+use crate::core::schedule::{Schedule, ScheduleOptions};
+use crate::core::settings::QueueSettings;
+use crate::core::{
+    Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, Release, RoutingType,
+    Subscription, Value,
+};
+use crate::store::{FsyncPolicy, ScheduleKey, Store, StoreOptions};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const QUEUE: &str = "q";
+const DEAD_LETTERS: &str = "DLQ";
+const EXPIRED: &str = "EXP";
+
+/// One look at the channels every this long while waiting for the queue to settle.
+const ROUND: Duration = Duration::from_millis(2);
+/// Rounds in a row with nothing new before the queue counts as idle.
+const QUIET_ROUNDS: u32 = 3;
+/// A queue still delivering after this many rounds never settles.
+const MAX_ROUNDS: u32 = 2_000;
+
+pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
+    QueueSettings {
+        max_memory_messages: case.max_memory_messages,
+        exclusive: case.exclusive,
+        consumers_before_dispatch: case.consumers_before_dispatch,
+        delay_before_dispatch: case.delay_before_dispatch,
+        redelivery_delay: case.redelivery_delay,
+        max_delivery_attempts: case.max_delivery_attempts,
+        group_buckets: case.group_buckets,
+        durable: case.durable,
+        group_rebalance: case.group_rebalance,
+        dead_letter_address: Some(DEAD_LETTERS.to_owned()),
+        expiry_address: Some(EXPIRED.to_owned()),
+        ..QueueSettings::default()
+    }
+}
+
+pub fn model_settings(case: &CaseSettings) -> ModelSettings {
+    ModelSettings {
+        exclusive: case.exclusive,
+        consumers_before_dispatch: case.consumers_before_dispatch,
+        delay_before_dispatch: case.delay_before_dispatch.map(|d| d.as_millis() as Ms),
+        redelivery_delay: case.redelivery_delay.as_millis() as Ms,
+        max_delivery_attempts: case.max_delivery_attempts,
+        group_buckets: case.group_buckets,
+        durable: case.durable,
+        group_rebalance: case.group_rebalance,
+    }
+}
+
+/// The selector of the model: the message's `color` property equals this.
+#[derive(Debug)]
+struct ColorIs(i64);
+
+impl MessageFilter for ColorIs {
+    fn matches(&self, message: &Message) -> bool {
+        message.property("color") == Some(&Value::Int(self.0))
+    }
+}
+
+/// A consumer of the dead-letter or expiry address, noting what arrives.
+struct Observer {
+    _subscription: Subscription,
+    rx: Deliveries,
+}
+
+/// One run of the broker, from open to restart.
+struct Core {
+    broker: Broker,
+    schedule: Arc<Schedule>,
+    sink: DeliverySink,
+    rx: Deliveries,
+    dead: Observer,
+    expired: Observer,
+}
+
+struct Sub {
+    cid: Cid,
+    conn: u8,
+    subscription: Subscription,
+    /// The final drain's consumers ack what they get at once.
+    auto_ack: bool,
+}
+
+pub struct Driver {
+    dir: tempfile::TempDir,
+    settings: QueueSettings,
+    rt: Option<Arc<tokio::runtime::Runtime>>,
+    core: Option<Core>,
+    pub model: Model,
+    subs: Vec<Sub>,
+    by_core_id: HashMap<u64, Cid>,
+    /// Deliveries in flight, to settle them.
+    held: HashMap<MsgId, Delivery>,
+    next_cid: Cid,
+    tracing: bool,
+}
+
+type Step = Result<(), Violation>;
+
+fn broken(detail: String) -> Violation {
+    Violation {
+        invariant: Invariant::NoLoss,
+        detail,
+    }
+}
+
+impl Driver {
+    pub fn new(case: &CaseSettings) -> Self {
+        let mut driver = Driver {
+            dir: tempfile::tempdir().expect("temporary directory"),
+            settings: queue_settings(case),
+            rt: None,
+            core: None,
+            model: Model::new(model_settings(case)),
+            subs: Vec::new(),
+            by_core_id: HashMap::new(),
+            held: HashMap::new(),
+            next_cid: 1,
+            tracing: std::env::var_os("QUEUE_MODEL_TRACE").is_some(),
+        };
+        driver.open();
+        driver
+    }
+
+    fn rt(&self) -> Arc<tokio::runtime::Runtime> {
+        self.rt.clone().expect("broker open")
+    }
+
+    fn core(&self) -> &Core {
+        self.core.as_ref().expect("broker open")
+    }
+
+    fn open(&mut self) {
+        let rt = Arc::new(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+        );
+        let _entered = rt.enter();
+        let store = open_store(self.dir.path());
+        let mut options = BrokerOptions::with_queue_settings(self.settings.clone());
+        options.declared = vec![
+            (DEAD_LETTERS.to_owned(), QueueSettings::default()),
+            (EXPIRED.to_owned(), QueueSettings::default()),
+        ];
+        let broker = Broker::open(store, options).expect("broker opens");
+        let schedule = Schedule::open(
+            &broker,
+            ScheduleOptions {
+                window: 4,
+                ..ScheduleOptions::default()
+            },
+        )
+        .expect("schedule opens");
+        broker.set_scheduler(schedule.clone());
+        broker
+            .queue_or_create(QUEUE, true)
+            .expect("queue under test");
+        let observe = |address: &str| {
+            let (sink, rx) = deliveries::channel();
+            let options = ConsumerOptions {
+                credit: CreditMode::Window(1 << 20),
+                ..ConsumerOptions::default()
+            };
+            let subscription = broker
+                .subscribe(address, RoutingType::Anycast, options, sink)
+                .expect("observer subscribes");
+            Observer {
+                _subscription: subscription,
+                rx,
+            }
+        };
+        let dead = observe(DEAD_LETTERS);
+        let expired = observe(EXPIRED);
+        let (sink, rx) = deliveries::channel();
+        drop(_entered);
+        self.core = Some(Core {
+            broker,
+            schedule,
+            sink,
+            rx,
+            dead,
+            expired,
+        });
+        self.rt = Some(rt);
+    }
+
+    /// Runs one operation, lets the queue settle, and checks the idle queue.
+    pub fn step(&mut self, op: &Op) -> Step {
+        self.trace(|| format!("op {op:?}"));
+        match op {
+            Op::Send(send) => self.send(send)?,
+            Op::Subscribe { conn, spec } => {
+                if self.subs.len() < MAX_CONSUMERS {
+                    self.subscribe(*conn, spec.clone(), false)?;
+                }
+            }
+            Op::Settle {
+                consumer,
+                pick,
+                how,
+            } => self.settle(*consumer, *pick, *how)?,
+            Op::AddCredit { consumer, credit } => self.add_credit(*consumer, *credit)?,
+            Op::Close { consumer } => {
+                if !self.subs.is_empty() {
+                    let at = *consumer as usize % self.subs.len();
+                    self.close(at)?;
+                }
+            }
+            Op::DropConnection { conn } => {
+                while let Some(at) = self.subs.iter().position(|s| s.conn == *conn % CONNECTIONS) {
+                    self.close(at)?;
+                }
+            }
+            Op::Advance { ms } => self.advance(*ms)?,
+            Op::Restart => self.restart()?,
+        }
+        let idle_from = self.quiesce()?;
+        self.model.check_idle(idle_from, now_ms())
+    }
+
+    /// With `QUEUE_MODEL_TRACE` set, every operation and delivery goes to
+    /// stderr with the clock: what a shrunk case did, step by step.
+    fn trace(&self, line: impl FnOnce() -> String) {
+        if self.tracing {
+            eprintln!("[{}] {}", now_ms(), line());
+        }
+    }
+
+    fn send(&mut self, op: &SendOp) -> Step {
+        let id = self.model.message_count();
+        let now = now_ms();
+        let sent = Sent {
+            group: op.group.map(|g| Arc::from(format!("G{g}"))),
+            closes_group: op.closes_group,
+            durable: op.durable,
+            color: op.color,
+            due: op.delay_ms.map(|d| now + d),
+            expires: op.ttl_ms.map(|t| now + t),
+        };
+        let message = Message {
+            address: Arc::from(QUEUE),
+            body: bytes::Bytes::from(id.to_string()),
+            group_id: sent.group.clone(),
+            group_seq: op.closes_group.then_some(-1),
+            due_at: sent.due,
+            expires_at: sent.expires,
+            durable: op.durable,
+            priority: op.priority,
+            timestamp: now,
+            properties: vec![(Arc::from("color"), Value::Int(op.color))].into(),
+            ..Message::default()
+        };
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        if let Err(e) = self.core().broker.publish(message, RoutingType::Anycast) {
+            return Err(broken(format!("publish of m{id} refused: {e}")));
+        }
+        let hi = now_ms();
+        self.trace(|| format!("  sent m{id}: {sent:?}"));
+        self.model.send(sent, Span { lo, hi });
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    fn subscribe(&mut self, conn: u8, spec: ConsumerSpec, auto_ack: bool) -> Step {
+        let cid = self.next_cid;
+        self.next_cid += 1;
+        let options = ConsumerOptions {
+            credit: match spec.credit {
+                CreditKind::Window(w) => CreditMode::Window(w),
+                CreditKind::Explicit => CreditMode::Explicit,
+            },
+            priority: spec.priority,
+            filter: spec
+                .selector
+                .map(|v| Arc::new(ColorIs(v)) as Arc<dyn MessageFilter>),
+            browse: spec.browser,
+        };
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        self.model.subscribe(cid, spec, lo);
+        let core = self.core();
+        let subscription = core
+            .broker
+            .subscribe(QUEUE, RoutingType::Anycast, options, core.sink.clone())
+            .map_err(|e| broken(format!("subscribe refused: {e}")))?;
+        self.by_core_id.insert(subscription.consumer(), cid);
+        self.trace(|| format!("  c{cid} is consumer {}", subscription.consumer()));
+        self.subs.push(Sub {
+            cid,
+            conn: conn % CONNECTIONS,
+            subscription,
+            auto_ack,
+        });
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    fn settle(&mut self, consumer: u8, pick: u8, how: SettleOp) -> Step {
+        let holders: Vec<Cid> = self
+            .subs
+            .iter()
+            .map(|s| s.cid)
+            .filter(|c| !self.model.in_flight_of(*c).is_empty())
+            .collect();
+        if holders.is_empty() {
+            return Ok(());
+        }
+        let cid = holders[consumer as usize % holders.len()];
+        let held = self.model.in_flight_of(cid);
+        let id = held[pick as usize % held.len()];
+        let how = match how {
+            SettleOp::Ack => Settle::Ack,
+            SettleOp::Nack => Settle::Failed,
+            SettleOp::Release => Settle::Unused,
+            SettleOp::NotHere => Settle::NotHere,
+            SettleOp::Reject => Settle::Reject,
+        };
+        self.settle_one(cid, id, how)
+    }
+
+    fn settle_one(&mut self, cid: Cid, id: MsgId, how: Settle) -> Step {
+        self.trace(|| format!("  c{cid} settles m{id}: {how:?}"));
+        let Some(delivery) = self.held.remove(&id) else {
+            return Err(broken(format!("no delivery of m{id} to settle")));
+        };
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        self.model.settle(cid, id, how, lo);
+        let queue = &delivery.queue;
+        let result = match how {
+            Settle::Ack => queue.ack(delivery.consumer, &[delivery.seq]).map(|_| ()),
+            Settle::Failed => queue.release(delivery.consumer, delivery.seq, Release::Failed),
+            Settle::Unused => queue.release(delivery.consumer, delivery.seq, Release::Unused),
+            Settle::NotHere => queue.release(delivery.consumer, delivery.seq, Release::NotHere),
+            Settle::Reject => queue.release(delivery.consumer, delivery.seq, Release::Reject),
+        };
+        if let Err(e) = result {
+            return Err(broken(format!(
+                "c{cid} could not settle m{id} ({how:?}): {e}"
+            )));
+        }
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    fn add_credit(&mut self, consumer: u8, credit: u32) -> Step {
+        if self.subs.is_empty() {
+            return Ok(());
+        }
+        let sub = &self.subs[consumer as usize % self.subs.len()];
+        let cid = sub.cid;
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        self.model.add_credit(cid, credit);
+        let sub = &self.subs[consumer as usize % self.subs.len()];
+        sub.subscription
+            .queue()
+            .add_credit(sub.subscription.consumer(), credit);
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    fn close(&mut self, at: usize) -> Step {
+        let sub = self.subs.remove(at);
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        for id in self.model.in_flight_of(sub.cid) {
+            self.held.remove(&id);
+        }
+        self.model.close(sub.cid, lo);
+        drop(sub.subscription);
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    fn advance(&mut self, ms: u64) -> Step {
+        let until = now_ms() + ms;
+        let rt = self.rt();
+        loop {
+            let lo = now_ms();
+            if lo >= until {
+                return Ok(());
+            }
+            let nap = ROUND.min(Duration::from_millis(until - lo));
+            rt.block_on(async { tokio::time::sleep(nap).await });
+            let _entered = rt.enter();
+            self.drain(lo)?;
+        }
+    }
+
+    /// Waits until the queue has delivered nothing for `QUIET_ROUNDS` rounds
+    /// (each after a store barrier, so paged writes are readable); returns
+    /// when that quiet began.
+    fn quiesce(&mut self) -> Result<Ms, Violation> {
+        let rt = self.rt();
+        let store = self.core().broker.store().clone();
+        let mut quiet = 0;
+        let mut idle_from = now_ms();
+        for _ in 0..MAX_ROUNDS {
+            let lo = now_ms();
+            let barrier = store.submit(crate::store::Op::DeleteScheduled {
+                key: ScheduleKey {
+                    due_ms: 0,
+                    queue: 0,
+                    seq: 0,
+                },
+            });
+            rt.block_on(async {
+                let _ = barrier.wait().await;
+                tokio::time::sleep(ROUND).await;
+            });
+            let _entered = rt.enter();
+            if self.drain(lo)? == 0 {
+                if quiet == 0 {
+                    idle_from = lo;
+                }
+                quiet += 1;
+                if quiet >= QUIET_ROUNDS {
+                    return Ok(idle_from);
+                }
+            } else {
+                quiet = 0;
+            }
+        }
+        Err(Violation {
+            invariant: Invariant::Quiescence,
+            detail: format!("still delivering after {MAX_ROUNDS} rounds"),
+        })
+    }
+
+    /// Hands everything pushed since `lo` to the model, in push order.
+    /// Returns how many deliveries there were (any channel).
+    fn drain(&mut self, lo: Ms) -> Result<usize, Violation> {
+        let mut count = 0;
+        loop {
+            let core = self.core.as_mut().expect("broker open");
+            let Ok(delivery) = core.rx.try_recv() else {
+                break;
+            };
+            let span = Span { lo, hi: now_ms() };
+            count += 1;
+            let id = message_id(&delivery)?;
+            self.trace(|| {
+                format!(
+                    "  m{id} -> consumer {} (count {}) in {lo}..={}",
+                    delivery.consumer, delivery.delivery_count, span.hi
+                )
+            });
+            let Some(&cid) = self.by_core_id.get(&delivery.consumer) else {
+                return Err(broken(format!(
+                    "m{id} delivered to unknown consumer {}",
+                    delivery.consumer
+                )));
+            };
+            self.model.deliver(cid, id, delivery.delivery_count, span)?;
+            if self.model.is_browser(cid) {
+                continue;
+            }
+            self.held.insert(id, delivery);
+            if self.subs.iter().any(|s| s.cid == cid && s.auto_ack) {
+                self.settle_one(cid, id, Settle::Ack)?;
+            }
+        }
+        loop {
+            let core = self.core.as_mut().expect("broker open");
+            let Ok(delivery) = core.dead.rx.try_recv() else {
+                break;
+            };
+            count += 1;
+            let _ = delivery.queue.ack(delivery.consumer, &[delivery.seq]);
+            let id = message_id(&delivery)?;
+            self.trace(|| format!("  m{id} -> dead-letter address"));
+            self.model.dead_lettered(id)?;
+        }
+        loop {
+            let core = self.core.as_mut().expect("broker open");
+            let Ok(delivery) = core.expired.rx.try_recv() else {
+                break;
+            };
+            count += 1;
+            let span = Span { lo, hi: now_ms() };
+            let _ = delivery.queue.ack(delivery.consumer, &[delivery.seq]);
+            let id = message_id(&delivery)?;
+            self.trace(|| format!("  m{id} -> expiry address"));
+            self.model.expired(id, span)?;
+        }
+        Ok(count)
+    }
+
+    /// Every consumer closes (so in-flight messages return, as when
+    /// connections drop at shutdown), the broker closes, and it opens again
+    /// on the same directory.
+    fn restart(&mut self) -> Step {
+        while !self.subs.is_empty() {
+            self.close(0)?;
+        }
+        self.quiesce()?;
+        let rt = self.rt();
+        let schedule = self.core().schedule.clone();
+        rt.block_on(schedule.shutdown());
+        {
+            let _entered = rt.enter();
+            self.drain(now_ms())?;
+        }
+        drop(schedule);
+        self.held.clear();
+        self.by_core_id.clear();
+        self.core = None;
+        drop(rt);
+        // The last runtime handle: dropping it drops the core's timer tasks
+        // and, with them, the last handles on the store.
+        self.rt = None;
+        self.model.restart();
+        self.open();
+        Ok(())
+    }
+
+    /// After the last operation: every consumer closes, every deadline
+    /// passes, fresh consumers take and ack everything; then every message
+    /// must have an end.
+    pub fn finish(&mut self) -> Step {
+        self.trace(|| "final drain".to_owned());
+        while !self.subs.is_empty() {
+            self.close(0)?;
+        }
+        let wait = self.model.last_deadline() + SLACK + 2;
+        let now = now_ms();
+        if wait > now {
+            self.advance(wait - now)?;
+        }
+        let drainers = self.settings.consumers_before_dispatch.max(1);
+        for _ in 0..drainers {
+            let spec = ConsumerSpec {
+                credit: CreditKind::Window(10_000),
+                priority: 0,
+                selector: None,
+                browser: false,
+            };
+            self.subscribe(0, spec, true)?;
+        }
+        let idle_from = self.quiesce()?;
+        // Accounting first: a message that never came out is a loss before
+        // it is a consumer left waiting.
+        self.model.check_accounted()?;
+        self.model.check_idle(idle_from, now_ms())
+    }
+
+    /// Closes everything so the directory can go.
+    pub fn shutdown(mut self) {
+        let rt = self.rt();
+        {
+            let _entered = rt.enter();
+            self.subs.clear();
+        }
+        if let Some(core) = &self.core {
+            rt.block_on(core.schedule.shutdown());
+        }
+        self.held.clear();
+        self.core = None;
+    }
+}
+
+fn message_id(delivery: &Delivery) -> Result<MsgId, Violation> {
+    std::str::from_utf8(&delivery.message.body)
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .ok_or_else(|| {
+            broken(format!(
+                "a message that was never sent: {:?}",
+                delivery.message.body
+            ))
+        })
+}
+
+/// The store, once the previous run's writer has let go of the directory.
+fn open_store(dir: &std::path::Path) -> Store {
+    let options = || StoreOptions {
+        fsync: FsyncPolicy::Never,
+        ..StoreOptions::default()
+    };
+    for _ in 0..200 {
+        match Store::open(dir, options()) {
+            Ok(store) => return store,
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    Store::open(dir, options()).expect("store opens")
+}
+
+/// Runs a whole case: every operation, then the final drain and accounting.
+/// The error names the operation after which the model and the core parted.
+pub fn run(case: &CaseSettings, ops: &[Op]) -> Result<(), String> {
+    let mut driver = Driver::new(case);
+    let mut result = Ok(());
+    for (i, op) in ops.iter().enumerate() {
+        if let Err(v) = driver.step(op) {
+            result = Err(format!("after op #{i} {op:?}: {v}"));
+            break;
+        }
+    }
+    if result.is_ok() {
+        if let Err(v) = driver.finish() {
+            result = Err(format!("in the final drain: {v}"));
+        }
+    }
+    driver.shutdown();
+    result
+}

@@ -1,0 +1,308 @@
+//! What a test case is: queue settings and a sequence of operations, with
+//! proptest strategies that shrink towards fewer, plainer operations.
+//!
+//! Operations name consumers and in-flight messages by a small number taken
+//! modulo whatever exists when the operation runs, so a shrunk sequence
+//! (one with operations removed) still means something.
+
+use super::reference::{ConsumerSpec, CreditKind};
+use proptest::prelude::*;
+use std::time::Duration;
+
+/// The settings a case runs with (the rest are the queue defaults).
+#[derive(Debug, Clone)]
+pub struct CaseSettings {
+    pub max_memory_messages: usize,
+    pub exclusive: bool,
+    pub consumers_before_dispatch: u32,
+    /// `None` waits without a time limit, `Some(ZERO)` does not wait.
+    pub delay_before_dispatch: Option<Duration>,
+    pub redelivery_delay: Duration,
+    /// 0: unlimited.
+    pub max_delivery_attempts: u32,
+    pub group_buckets: i32,
+    pub durable: bool,
+    pub group_rebalance: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct SendOp {
+    /// One of three group ids, or ungrouped.
+    pub group: Option<u8>,
+    /// Sent with `JMSXGroupSeq = -1`.
+    pub closes_group: bool,
+    pub delay_ms: Option<u64>,
+    pub ttl_ms: Option<u64>,
+    pub priority: u8,
+    pub durable: bool,
+    pub color: i64,
+}
+
+/// How a consumer settles one of its deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOp {
+    Ack,
+    /// STOMP NACK, AMQP modified delivery-failed.
+    Nack,
+    /// AMQP released.
+    Release,
+    /// AMQP modified undeliverable-here.
+    NotHere,
+    /// AMQP rejected.
+    Reject,
+}
+
+#[derive(Debug, Clone)]
+pub enum Op {
+    Send(SendOp),
+    /// A consumer on connection `conn` (0..3).
+    Subscribe {
+        conn: u8,
+        spec: ConsumerSpec,
+    },
+    /// Consumer `consumer` (modulo those with deliveries) settles its
+    /// delivery `pick` (modulo what it holds).
+    Settle {
+        consumer: u8,
+        pick: u8,
+        how: SettleOp,
+    },
+    AddCredit {
+        consumer: u8,
+        credit: u32,
+    },
+    /// Drop the subscription.
+    Close {
+        consumer: u8,
+    },
+    /// Close all of one connection's consumers at once.
+    DropConnection {
+        conn: u8,
+    },
+    /// Let real time pass (delays, redelivery delays, expiry, the gate's delay).
+    Advance {
+        ms: u64,
+    },
+    /// Close the broker and open it again on the same directory.
+    Restart,
+    // Transactions (send/ack/release inside a transaction, then commit or
+    // roll back) go here once they are in the core: an `Op::Txn { steps,
+    // commit }` the driver applies through the core's transaction API and
+    // the model applies whole or not at all.
+}
+
+/// The most consumers attached at once; further subscribes are skipped.
+pub const MAX_CONSUMERS: usize = 5;
+pub const CONNECTIONS: u8 = 3;
+
+/// Which behaviours a property test exercises: one family at a time names
+/// the broken area when it fails, `Everything` finds the interactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// Groups, returns, selectors, browsers, dead-lettering; all in memory.
+    Plain,
+    /// A tiny `max_memory_messages`: paging all the time.
+    Paging,
+    /// Delayed sends, time-to-live, redelivery delays.
+    Timing,
+    Exclusive,
+    /// `consumers_before_dispatch` / `delay_before_dispatch`.
+    Gates,
+    /// Broker restarts, durable and non-durable messages.
+    Restart,
+    /// Every setting on and off, every operation.
+    Everything,
+}
+
+impl Family {
+    fn timing(self) -> bool {
+        matches!(self, Family::Timing | Family::Everything)
+    }
+
+    fn restarts(self) -> bool {
+        matches!(self, Family::Restart | Family::Everything)
+    }
+}
+
+/// Settings for a family: its own feature on (or on and off, for
+/// `Everything`), the others at their plainest.
+pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
+    let all = family == Family::Everything;
+    let memory = if all || family == Family::Paging {
+        (1usize..=8).boxed()
+    } else {
+        Just(10_000usize).boxed()
+    };
+    let exclusive = match family {
+        Family::Exclusive => Just(true).boxed(),
+        Family::Everything => any::<bool>().boxed(),
+        _ => Just(false).boxed(),
+    };
+    let gate = match family {
+        Family::Gates => (1u32..=2).boxed(),
+        Family::Everything => (0u32..=2).boxed(),
+        _ => Just(0u32).boxed(),
+    };
+    let gate_delay = prop_oneof![
+        Just(None),
+        Just(Some(Duration::ZERO)),
+        (10u64..=30).prop_map(|ms| Some(Duration::from_millis(ms))),
+    ];
+    let redelivery_delay = if family.timing() {
+        prop_oneof![Just(Duration::ZERO), Just(Duration::from_millis(10))].boxed()
+    } else {
+        Just(Duration::ZERO).boxed()
+    };
+    let durable = if all || family == Family::Restart {
+        any::<bool>().boxed()
+    } else {
+        Just(false).boxed()
+    };
+    (
+        memory,
+        exclusive,
+        gate,
+        gate_delay,
+        redelivery_delay,
+        prop_oneof![Just(0u32), 2u32..=3],
+        prop_oneof![Just(-1i32), Just(0), Just(2)],
+        durable,
+        prop::bool::weighted(0.2),
+    )
+        .prop_map(
+            |(
+                max_memory_messages,
+                exclusive,
+                consumers_before_dispatch,
+                delay_before_dispatch,
+                redelivery_delay,
+                max_delivery_attempts,
+                group_buckets,
+                durable,
+                group_rebalance,
+            )| CaseSettings {
+                max_memory_messages,
+                exclusive,
+                consumers_before_dispatch,
+                delay_before_dispatch: if consumers_before_dispatch == 0 {
+                    None
+                } else {
+                    delay_before_dispatch
+                },
+                redelivery_delay,
+                max_delivery_attempts,
+                group_buckets,
+                durable,
+                group_rebalance,
+            },
+        )
+        .boxed()
+}
+
+fn send(timing: bool) -> impl Strategy<Value = SendOp> {
+    let sometimes = |p: f64| {
+        if timing {
+            prop::option::weighted(p, 5u64..=40).boxed()
+        } else {
+            Just(None).boxed()
+        }
+    };
+    (
+        prop::option::weighted(0.6, 0u8..3),
+        prop::bool::weighted(0.1),
+        sometimes(0.15),
+        sometimes(0.1),
+        prop_oneof![3 => Just(4u8), 1 => 0u8..=9],
+        any::<bool>(),
+        0i64..3,
+    )
+        .prop_map(
+            |(group, closes_group, delay_ms, ttl_ms, priority, durable, color)| SendOp {
+                group,
+                closes_group: closes_group && group.is_some(),
+                delay_ms,
+                ttl_ms,
+                priority,
+                durable,
+                color,
+            },
+        )
+}
+
+fn consumer() -> impl Strategy<Value = ConsumerSpec> {
+    (
+        prop_oneof![6 => (1u32..=4).prop_map(CreditKind::Window), 1 => Just(CreditKind::Explicit)],
+        prop_oneof![3 => Just(0i32), 1 => 0i32..=2],
+        prop::option::weighted(0.2, 0i64..3),
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(|(credit, priority, selector, browser)| ConsumerSpec {
+            credit,
+            priority,
+            selector,
+            browser,
+        })
+}
+
+fn settle() -> impl Strategy<Value = SettleOp> {
+    prop_oneof![
+        8 => Just(SettleOp::Ack),
+        3 => Just(SettleOp::Nack),
+        2 => Just(SettleOp::Release),
+        1 => Just(SettleOp::NotHere),
+        1 => Just(SettleOp::Reject),
+    ]
+}
+
+pub fn op(family: Family) -> impl Strategy<Value = Op> {
+    let timing = family.timing();
+    let mut arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
+        (30, send(timing).prop_map(Op::Send).boxed()),
+        (
+            10,
+            (0..CONNECTIONS, consumer())
+                .prop_map(|(conn, spec)| Op::Subscribe { conn, spec })
+                .boxed(),
+        ),
+        (
+            25,
+            (any::<u8>(), any::<u8>(), settle())
+                .prop_map(|(consumer, pick, how)| Op::Settle {
+                    consumer,
+                    pick,
+                    how,
+                })
+                .boxed(),
+        ),
+        (
+            4,
+            (any::<u8>(), 1u32..=3)
+                .prop_map(|(consumer, credit)| Op::AddCredit { consumer, credit })
+                .boxed(),
+        ),
+        (
+            5,
+            any::<u8>()
+                .prop_map(|consumer| Op::Close { consumer })
+                .boxed(),
+        ),
+        (
+            2,
+            (0..CONNECTIONS)
+                .prop_map(|conn| Op::DropConnection { conn })
+                .boxed(),
+        ),
+        (
+            if family == Family::Plain { 2 } else { 6 },
+            (5u64..=40).prop_map(|ms| Op::Advance { ms }).boxed(),
+        ),
+    ];
+    if family.restarts() {
+        arms.push((2, Just(Op::Restart).boxed()));
+    }
+    prop::strategy::Union::new_weighted(arms)
+}
+
+pub fn ops(family: Family, max: usize) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op(family), 1..=max)
+}

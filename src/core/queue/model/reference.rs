@@ -1,0 +1,965 @@
+//! The reference model of one queue: /work/spec/queue-semantics.md written as
+//! plain bookkeeping over every message and consumer, slow and direct.
+//!
+//! It does not pick who gets what. The real queue decides (round robin,
+//! priorities across pages are its own business); the model is told each
+//! delivery, in the order the queue made them, and judges whether the spec
+//! allows it — then, once the queue is idle, whether something that must have
+//! happened did not (a consumer left waiting beside a message it may take).
+//!
+//! Time is the wall clock the core uses (`now_ms`). A delivery is known only
+//! to have happened within a span (between two looks at the channel), and the
+//! core reads the clock a moment after the model does, so every rule that
+//! depends on time is judged three-valued: a violation is reported only when
+//! it holds for the whole span with `EPS` to spare, and an obligation (must
+//! have been delivered by now) only for deadlines `SLACK` before the queue was
+//! seen idle. Nothing near a deadline is ever called a bug.
+
+use crate::core::grouping::GroupTable;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+/// Milliseconds since the epoch, the core's clock for due and expiry times.
+pub type Ms = u64;
+/// Index of a message in the order the test sent it.
+pub type MsgId = usize;
+/// The model's name for a consumer; unique across restarts (the core's ids are not).
+pub type Cid = usize;
+
+/// Rounding between two reads of the millisecond clock.
+pub const EPS: Ms = 2;
+/// How long before the queue was seen idle a deadline must have passed for
+/// its consequence to be owed (timer rounds, the schedule's poll, a retry).
+pub const SLACK: Ms = 3;
+
+/// The invariants the model checks; a violation names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Invariant {
+    /// Everything sent is acked, dead-lettered, expired or still held; nothing
+    /// comes out that was never sent; durable messages survive a restart.
+    NoLoss,
+    /// A message in flight, acked or gone is never delivered again.
+    NoDuplicate,
+    /// Delivery counts: +1 per delivery, released and undeliverable-here do not count.
+    DeliveryCount,
+    /// Within a group, nothing newer while an older message is available or waiting.
+    GroupOrder,
+    /// A grouped message goes only to its group's owner.
+    GroupOwner,
+    /// An idle queue leaves no consumer with credit beside a message it may take.
+    HeadOfLine,
+    /// Only the exclusive consumer receives.
+    Exclusive,
+    /// Nothing before the dispatch gate opens.
+    DispatchGate,
+    /// No more deliveries than credit.
+    Credit,
+    /// A consumer receives only what its selector matches.
+    Selector,
+    /// Undeliverable-here: not to the consumer that refused it.
+    NotHere,
+    /// Nothing before its due time or redelivery delay.
+    Early,
+    /// Nothing after its expiry; expired messages go to the expiry address.
+    Expired,
+    /// Dead-lettering exactly when the attempts are used up or it is rejected.
+    DeadLetter,
+    /// Browsers see every available message once, in arrival order, and take nothing.
+    Browser,
+    /// Non-durable messages are gone after a restart.
+    Restart,
+    /// The queue settles down between operations.
+    Quiescence,
+}
+
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub invariant: Invariant,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}: {}", self.invariant, self.detail)
+    }
+}
+
+pub type Check = Result<(), Violation>;
+
+fn fail(invariant: Invariant, detail: String) -> Check {
+    Err(Violation { invariant, detail })
+}
+
+/// When something happened: at some moment within `lo..=hi`.
+#[derive(Debug, Clone, Copy)]
+pub struct Span {
+    pub lo: Ms,
+    pub hi: Ms,
+}
+
+/// The queue settings the model needs, in the spec's terms.
+#[derive(Debug, Clone)]
+pub struct ModelSettings {
+    pub exclusive: bool,
+    pub consumers_before_dispatch: u32,
+    /// `None` waits without a time limit; `Some(0)` does not wait.
+    pub delay_before_dispatch: Option<Ms>,
+    pub redelivery_delay: Ms,
+    /// 0: unlimited.
+    pub max_delivery_attempts: u32,
+    pub group_buckets: i32,
+    pub durable: bool,
+    pub group_rebalance: bool,
+}
+
+/// A message as sent.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    pub group: Option<Arc<str>>,
+    /// `JMSXGroupSeq = -1`: unbinds its group once delivered.
+    pub closes_group: bool,
+    pub durable: bool,
+    /// The property selectors look at.
+    pub color: i64,
+    pub due: Option<Ms>,
+    pub expires: Option<Ms>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreditKind {
+    /// A prefetch window: settling refills it, up to the window.
+    Window(u32),
+    /// Explicit grants only (AMQP link credit).
+    Explicit,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub credit: CreditKind,
+    pub priority: i32,
+    /// Matches messages whose color is this.
+    pub selector: Option<i64>,
+    pub browser: bool,
+}
+
+/// How a delivery is settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    Ack,
+    /// NACK / modified delivery-failed: counts an attempt.
+    Failed,
+    /// AMQP released: does not count.
+    Unused,
+    /// Modified undeliverable-here: does not count, not to this consumer again.
+    NotHere,
+    /// Rejected: dead-lettered at once.
+    Reject,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    /// In the queue, available from `not_before` (due time, redelivery delay).
+    /// `since` is the event at which it came (back).
+    Held {
+        not_before: Option<Ms>,
+        since: u64,
+    },
+    InFlight {
+        consumer: Cid,
+        since: u64,
+    },
+    Acked,
+    DeadLettered,
+    Expired,
+    /// Non-durable, at a restart.
+    Lost,
+}
+
+/// When a message joined the queue, for "older than": an immediate send at
+/// its call (`order` ranks those exactly), a delayed one at its due time.
+#[derive(Debug, Clone, Copy)]
+struct Arrival {
+    lo: Ms,
+    hi: Ms,
+    order: Option<u64>,
+}
+
+impl Arrival {
+    /// Definitely joined before `other`; near-simultaneous is neither.
+    fn before(&self, other: &Arrival) -> bool {
+        match (self.order, other.order) {
+            (Some(a), Some(b)) => a < b,
+            _ => self.hi < other.lo,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Msg {
+    sent: Sent,
+    durable: bool,
+    lane: Option<Arc<str>>,
+    arrival: Arrival,
+    /// Deliveries that count, as the core should report on the last one.
+    count: u32,
+    /// False after a restart until the next delivery (counts are not persisted per delivery).
+    count_known: bool,
+    /// The last consumer that answered undeliverable-here.
+    refused_last: Option<Cid>,
+    refused_by: BTreeSet<Cid>,
+    place: Place,
+    dead_seen: bool,
+}
+
+impl Msg {
+    /// Expired for the whole of `span`.
+    fn surely_expired(&self, at: Ms) -> bool {
+        self.sent.expires.is_some_and(|e| e + EPS <= at)
+    }
+
+    /// Not expired at any moment up to `at`.
+    fn surely_live(&self, at: Ms) -> bool {
+        self.sent.expires.is_none_or(|e| e > at + EPS)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Consumer {
+    spec: ConsumerSpec,
+    credit: u32,
+    attached: u64,
+    attached_at: Ms,
+    /// Browsers: what they were shown.
+    shown: BTreeSet<MsgId>,
+}
+
+/// One queue's state as the spec defines it.
+#[derive(Debug)]
+pub struct Model {
+    settings: ModelSettings,
+    lanes: GroupTable,
+    msgs: Vec<Msg>,
+    consumers: BTreeMap<Cid, Consumer>,
+    owners: HashMap<Arc<str>, Cid>,
+    /// Groups taken from a consumer by undeliverable-here while it still held
+    /// older messages of them: nobody gets them until it has settled those.
+    paused: HashMap<Arc<str>, Cid>,
+    exclusive: Option<Cid>,
+    /// The dispatch gate was opened by the consumer count (stays open until
+    /// the queue has no consumers).
+    gate_opened: bool,
+    first_attach: Option<Ms>,
+    event: u64,
+    sends: u64,
+}
+
+impl Model {
+    pub fn new(settings: ModelSettings) -> Self {
+        Self {
+            lanes: GroupTable::new(settings.group_buckets),
+            settings,
+            msgs: Vec::new(),
+            consumers: BTreeMap::new(),
+            owners: HashMap::new(),
+            paused: HashMap::new(),
+            exclusive: None,
+            gate_opened: false,
+            first_attach: None,
+            event: 0,
+            sends: 0,
+        }
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.event += 1;
+        self.event
+    }
+
+    pub fn message_count(&self) -> usize {
+        self.msgs.len()
+    }
+
+    pub fn is_browser(&self, cid: Cid) -> bool {
+        self.consumers.get(&cid).is_some_and(|c| c.spec.browser)
+    }
+
+    /// What `cid` holds unsettled, in the order it received it.
+    pub fn in_flight_of(&self, cid: Cid) -> Vec<MsgId> {
+        let mut held: Vec<(u64, MsgId)> = self
+            .msgs
+            .iter()
+            .enumerate()
+            .filter_map(|(id, m)| match m.place {
+                Place::InFlight { consumer, since } if consumer == cid => Some((since, id)),
+                _ => None,
+            })
+            .collect();
+        held.sort_unstable();
+        held.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The latest time any held message becomes available or expires: after
+    /// it nothing in the queue is waiting for the clock.
+    pub fn last_deadline(&self) -> Ms {
+        let mut last =
+            self.first_attach.unwrap_or(0) + self.settings.delay_before_dispatch.unwrap_or(0);
+        for m in &self.msgs {
+            if let Place::Held { not_before, .. } = m.place {
+                last = last
+                    .max(not_before.unwrap_or(0))
+                    .max(m.sent.expires.unwrap_or(0));
+            }
+        }
+        last
+    }
+
+    pub fn send(&mut self, sent: Sent, span: Span) -> MsgId {
+        let lane = sent.group.as_ref().and_then(|g| self.lanes.lane_of(g));
+        let arrival = match sent.due {
+            Some(due) => Arrival {
+                lo: due,
+                hi: due,
+                order: None,
+            },
+            None => {
+                self.sends += 1;
+                Arrival {
+                    lo: span.lo,
+                    hi: span.hi,
+                    order: Some(self.sends),
+                }
+            }
+        };
+        let since = self.tick();
+        self.msgs.push(Msg {
+            durable: sent.durable || self.settings.durable,
+            place: Place::Held {
+                not_before: sent.due,
+                since,
+            },
+            sent,
+            lane,
+            arrival,
+            count: 0,
+            count_known: true,
+            refused_last: None,
+            refused_by: BTreeSet::new(),
+            dead_seen: false,
+        });
+        self.msgs.len() - 1
+    }
+
+    fn active(&self) -> impl Iterator<Item = (&Cid, &Consumer)> {
+        self.consumers.iter().filter(|(_, c)| !c.spec.browser)
+    }
+
+    pub fn subscribe(&mut self, cid: Cid, spec: ConsumerSpec, now: Ms) {
+        let attached = self.tick();
+        let browser = spec.browser;
+        let credit = match spec.credit {
+            CreditKind::Window(w) => w,
+            CreditKind::Explicit => 0,
+        };
+        if !browser && self.active().count() == 0 {
+            self.first_attach = Some(now);
+        }
+        self.consumers.insert(
+            cid,
+            Consumer {
+                spec,
+                credit,
+                attached,
+                attached_at: now,
+                shown: BTreeSet::new(),
+            },
+        );
+        if browser {
+            return;
+        }
+        if self.settings.exclusive && self.exclusive.is_none() {
+            self.exclusive = Some(cid);
+        }
+        let wanted = self.settings.consumers_before_dispatch as usize;
+        if wanted > 0 && self.active().count() >= wanted {
+            self.gate_opened = true;
+        }
+        if self.settings.group_rebalance {
+            self.owners.clear();
+        }
+    }
+
+    /// When the gate opens: `Some(0)` open now, `Some(t)` at t, `None` not by time.
+    fn gate_opens_at(&self) -> Option<Ms> {
+        if self.settings.consumers_before_dispatch == 0 || self.gate_opened {
+            return Some(0);
+        }
+        match (self.first_attach, self.settings.delay_before_dispatch) {
+            (Some(first), Some(delay)) => Some(first + delay),
+            _ => None,
+        }
+    }
+
+    pub fn add_credit(&mut self, cid: Cid, n: u32) {
+        if let Some(c) = self.consumers.get_mut(&cid) {
+            c.credit = c.credit.saturating_add(n);
+        }
+    }
+
+    /// The queue pushed `msg` to `cid` with delivery count `count`, some time in `span`.
+    pub fn deliver(&mut self, cid: Cid, id: MsgId, count: u32, span: Span) -> Check {
+        let Some(consumer) = self.consumers.get(&cid) else {
+            return fail(
+                Invariant::NoDuplicate,
+                format!("m{id} delivered to c{cid}, which is gone"),
+            );
+        };
+        if consumer.spec.browser {
+            return self.browse(cid, id, span);
+        }
+        let Some(m) = self.msgs.get(id) else {
+            return fail(Invariant::NoLoss, format!("m{id} was never sent"));
+        };
+        let not_before = match &m.place {
+            Place::Held { not_before, .. } => *not_before,
+            Place::InFlight { consumer, .. } => {
+                return fail(
+                    Invariant::NoDuplicate,
+                    format!("m{id} delivered to c{cid} while in flight to c{consumer}"),
+                )
+            }
+            Place::Acked => {
+                return fail(
+                    Invariant::NoDuplicate,
+                    format!("m{id} delivered to c{cid} after it was acked"),
+                )
+            }
+            Place::DeadLettered => {
+                return fail(
+                    Invariant::DeadLetter,
+                    format!("m{id} delivered to c{cid} after it was dead-lettered"),
+                )
+            }
+            Place::Expired => {
+                return fail(
+                    Invariant::Expired,
+                    format!("m{id} delivered to c{cid} after it went to the expiry address"),
+                )
+            }
+            Place::Lost => {
+                return fail(
+                    Invariant::Restart,
+                    format!("non-durable m{id} delivered to c{cid} after a restart"),
+                )
+            }
+        };
+        if let Some(nb) = not_before {
+            if span.hi + EPS < nb {
+                return fail(
+                    Invariant::Early,
+                    format!("m{id} delivered to c{cid} at {} ms, due at {nb}", span.hi),
+                );
+            }
+        }
+        if m.surely_expired(span.lo) {
+            return fail(
+                Invariant::Expired,
+                format!("m{id} delivered to c{cid} after its expiry"),
+            );
+        }
+        if consumer.credit == 0 {
+            return fail(
+                Invariant::Credit,
+                format!("m{id} delivered to c{cid}, which has no credit"),
+            );
+        }
+        if consumer.spec.selector.is_some_and(|s| s != m.sent.color) {
+            return fail(
+                Invariant::Selector,
+                format!(
+                    "m{id} (color {}) delivered to c{cid}, whose selector rejects it",
+                    m.sent.color
+                ),
+            );
+        }
+        if m.refused_last == Some(cid) {
+            return fail(
+                Invariant::NotHere,
+                format!("m{id} delivered again to c{cid}, which answered undeliverable-here"),
+            );
+        }
+        if self.settings.exclusive && self.exclusive != Some(cid) {
+            return fail(
+                Invariant::Exclusive,
+                format!(
+                    "m{id} delivered to c{cid} while c{:?} is the exclusive consumer",
+                    self.exclusive
+                ),
+            );
+        }
+        match self.gate_opens_at() {
+            Some(at) if at <= span.hi + EPS => {}
+            at => {
+                return fail(
+                    Invariant::DispatchGate,
+                    format!(
+                        "m{id} delivered to c{cid} with {} of {} consumers attached, gate opening at {at:?}",
+                        self.active().count(),
+                        self.settings.consumers_before_dispatch
+                    ),
+                )
+            }
+        }
+        if let Some(lane) = &m.lane {
+            if self.lane_paused(lane) {
+                return fail(
+                    Invariant::GroupOwner,
+                    format!("m{id} of lane {lane:?} delivered to c{cid} while its old owner still holds older messages of it"),
+                );
+            }
+            if let Some(owner) = self.owners.get(lane) {
+                if *owner != cid {
+                    return fail(
+                        Invariant::GroupOwner,
+                        format!(
+                            "m{id} of lane {lane:?} delivered to c{cid}; the lane is c{owner}'s"
+                        ),
+                    );
+                }
+            }
+            let older = self.msgs.iter().enumerate().find(|(_, o)| {
+                o.sent.group == m.sent.group
+                    && o.arrival.before(&m.arrival)
+                    && matches!(o.place, Place::Held { .. })
+                    && o.surely_live(span.hi)
+            });
+            if let Some((older, o)) = older {
+                let Place::Held { not_before, .. } = o.place else {
+                    unreachable!()
+                };
+                return fail(
+                    Invariant::GroupOrder,
+                    format!(
+                        "m{id} of group {:?} delivered to c{cid} while older m{older} of the group waits in the queue (available from {not_before:?})",
+                        m.sent.group.as_deref().unwrap_or("")
+                    ),
+                );
+            }
+        }
+        if m.count_known && count != m.count + 1 {
+            return fail(
+                Invariant::DeliveryCount,
+                format!(
+                    "m{id} delivered to c{cid} with delivery count {count}, expected {}",
+                    m.count + 1
+                ),
+            );
+        }
+        if count == 0 {
+            return fail(
+                Invariant::DeliveryCount,
+                format!("m{id} delivered with delivery count 0"),
+            );
+        }
+        let since = self.tick();
+        let m = &mut self.msgs[id];
+        m.count = count;
+        m.count_known = true;
+        m.place = Place::InFlight {
+            consumer: cid,
+            since,
+        };
+        if let Some(lane) = m.lane.clone() {
+            // Delivered: the lane is no longer waiting for an old owner.
+            self.paused.remove(&lane);
+            if m.sent.closes_group {
+                self.owners.remove(&lane);
+            } else {
+                self.owners.insert(lane, cid);
+            }
+        }
+        if let Some(c) = self.consumers.get_mut(&cid) {
+            c.credit -= 1;
+        }
+        Ok(())
+    }
+
+    fn browse(&mut self, cid: Cid, id: MsgId, span: Span) -> Check {
+        let Some(m) = self.msgs.get(id) else {
+            return fail(Invariant::NoLoss, format!("m{id} was never sent"));
+        };
+        let browser = &self.consumers[&cid];
+        let Place::Held { not_before, .. } = m.place else {
+            return fail(
+                Invariant::Browser,
+                format!(
+                    "browser c{cid} shown m{id}, which is not in the queue ({:?})",
+                    m.place
+                ),
+            );
+        };
+        if not_before.is_some_and(|nb| span.hi + EPS < nb) {
+            return fail(
+                Invariant::Browser,
+                format!("browser c{cid} shown m{id} before it is available ({not_before:?})"),
+            );
+        }
+        if m.surely_expired(span.lo) {
+            return fail(
+                Invariant::Browser,
+                format!("browser c{cid} shown m{id} after its expiry"),
+            );
+        }
+        if browser.credit == 0 {
+            return fail(
+                Invariant::Credit,
+                format!("browser c{cid} shown m{id} without credit"),
+            );
+        }
+        if browser.spec.selector.is_some_and(|s| s != m.sent.color) {
+            return fail(
+                Invariant::Selector,
+                format!("browser c{cid} shown m{id}, which its selector rejects"),
+            );
+        }
+        if browser.shown.contains(&id) {
+            return fail(
+                Invariant::Browser,
+                format!("browser c{cid} shown m{id} twice"),
+            );
+        }
+        if let Some(newer) = browser
+            .shown
+            .iter()
+            .find(|s| m.arrival.before(&self.msgs[**s].arrival))
+        {
+            return fail(
+                Invariant::Browser,
+                format!("browser c{cid} shown m{id} after the newer m{newer}"),
+            );
+        }
+        let browser = self.consumers.get_mut(&cid).expect("checked above");
+        browser.shown.insert(id);
+        browser.credit -= 1;
+        Ok(())
+    }
+
+    /// `cid` settles `id` (which it holds); `now` is read before the call.
+    pub fn settle(&mut self, cid: Cid, id: MsgId, how: Settle, now: Ms) {
+        let since = self.tick();
+        if let Some(c) = self.consumers.get_mut(&cid) {
+            if let CreditKind::Window(w) = c.spec.credit {
+                c.credit = (c.credit + 1).min(w);
+            }
+        }
+        match how {
+            Settle::Ack => self.msgs[id].place = Place::Acked,
+            Settle::Failed => self.return_failed(id, now, since),
+            Settle::Unused => {
+                let m = &mut self.msgs[id];
+                m.count = m.count.saturating_sub(1);
+                m.place = Place::Held {
+                    not_before: None,
+                    since,
+                };
+            }
+            Settle::NotHere => {
+                let m = &mut self.msgs[id];
+                m.count = m.count.saturating_sub(1);
+                m.refused_last = Some(cid);
+                m.refused_by.insert(cid);
+                m.place = Place::Held {
+                    not_before: None,
+                    since,
+                };
+                if let Some(lane) = m.lane.clone() {
+                    if self.owners.get(&lane) == Some(&cid) {
+                        self.owners.remove(&lane);
+                        let holds_more = self.msgs.iter().any(|o| {
+                            o.lane.as_ref() == Some(&lane)
+                                && matches!(o.place, Place::InFlight { consumer, .. } if consumer == cid)
+                        });
+                        if holds_more {
+                            self.paused.insert(lane, cid);
+                        }
+                    }
+                }
+            }
+            Settle::Reject => self.msgs[id].place = Place::DeadLettered,
+        }
+    }
+
+    /// Whether a group taken by undeliverable-here still waits for its old
+    /// owner to settle the messages of it that it holds.
+    fn lane_paused(&self, lane: &str) -> bool {
+        self.paused.get(lane).is_some_and(|cid| {
+            self.msgs.iter().any(|m| {
+                m.lane.as_deref() == Some(lane)
+                    && matches!(m.place, Place::InFlight { consumer, .. } if consumer == *cid)
+            })
+        })
+    }
+
+    /// A failed attempt (NACK, consumer close, connection drop).
+    fn return_failed(&mut self, id: MsgId, now: Ms, since: u64) {
+        let max = self.settings.max_delivery_attempts;
+        let delay = self.settings.redelivery_delay;
+        let m = &mut self.msgs[id];
+        m.place = if max > 0 && m.count >= max {
+            Place::DeadLettered
+        } else {
+            Place::Held {
+                not_before: (delay > 0).then_some(now + delay),
+                since,
+            }
+        };
+    }
+
+    /// `cid` detaches (closed, or its connection dropped); `now` is read before.
+    pub fn close(&mut self, cid: Cid, now: Ms) {
+        let since = self.tick();
+        let Some(gone) = self.consumers.remove(&cid) else {
+            return;
+        };
+        if gone.spec.browser {
+            return;
+        }
+        self.owners.retain(|_, owner| *owner != cid);
+        for id in self.in_flight_of(cid) {
+            self.return_failed(id, now, since);
+        }
+        if self.exclusive == Some(cid) {
+            self.exclusive = self
+                .active()
+                .max_by_key(|(_, c)| (c.spec.priority, std::cmp::Reverse(c.attached)))
+                .map(|(cid, _)| *cid);
+        }
+        if self.active().count() == 0 {
+            self.gate_opened = false;
+            self.first_attach = None;
+        }
+    }
+
+    /// The broker was closed and opened again (every consumer closed first).
+    pub fn restart(&mut self) {
+        debug_assert!(self.consumers.is_empty());
+        for m in &mut self.msgs {
+            if matches!(m.place, Place::Held { .. }) && !m.durable {
+                m.place = Place::Lost;
+            }
+            m.count_known = false;
+        }
+        self.owners.clear();
+        self.paused.clear();
+        self.exclusive = None;
+        self.gate_opened = false;
+        self.first_attach = None;
+    }
+
+    /// `id` arrived at the dead-letter address.
+    pub fn dead_lettered(&mut self, id: MsgId) -> Check {
+        let Some(m) = self.msgs.get_mut(id) else {
+            return fail(Invariant::NoLoss, format!("m{id} was never sent"));
+        };
+        if m.place != Place::DeadLettered {
+            return fail(
+                Invariant::DeadLetter,
+                format!("m{id} reached the dead-letter address while {:?}", m.place),
+            );
+        }
+        m.dead_seen = true;
+        Ok(())
+    }
+
+    /// `id` arrived at the expiry address some time in `span`.
+    pub fn expired(&mut self, id: MsgId, span: Span) -> Check {
+        let Some(m) = self.msgs.get_mut(id) else {
+            return fail(Invariant::NoLoss, format!("m{id} was never sent"));
+        };
+        if m.place == Place::Expired {
+            return Ok(()); // redelivered by the expiry queue after a restart
+        }
+        let Place::Held { not_before, .. } = m.place else {
+            return fail(
+                Invariant::Expired,
+                format!("m{id} reached the expiry address while {:?}", m.place),
+            );
+        };
+        // Expired now, or certain to be before it could be delivered.
+        let never_deliverable = m
+            .sent
+            .expires
+            .is_some_and(|e| e <= span.hi + EPS || not_before.is_some_and(|nb| e <= nb));
+        if !never_deliverable {
+            return fail(
+                Invariant::Expired,
+                format!("m{id} reached the expiry address before its expiry"),
+            );
+        }
+        m.place = Place::Expired;
+        Ok(())
+    }
+
+    /// The queue has been idle since `idle_from` (up to `now`): nothing it
+    /// owes anyone may still be missing.
+    pub fn check_idle(&self, idle_from: Ms, now: Ms) -> Check {
+        for (id, m) in self.msgs.iter().enumerate() {
+            if m.place == Place::DeadLettered && !m.dead_seen {
+                return fail(
+                    Invariant::DeadLetter,
+                    format!("m{id} was dead-lettered but never reached the dead-letter address"),
+                );
+            }
+        }
+        self.check_head_of_line(idle_from, now)?;
+        self.check_browsers(idle_from, now)
+    }
+
+    /// Surely available all through `idle_from..=now`.
+    fn surely_available(&self, m: &Msg, idle_from: Ms, now: Ms) -> bool {
+        match m.place {
+            Place::Held { not_before, .. } => {
+                not_before.is_none_or(|nb| nb + SLACK <= idle_from) && m.surely_live(now)
+            }
+            _ => false,
+        }
+    }
+
+    fn check_head_of_line(&self, idle_from: Ms, now: Ms) -> Check {
+        let gate_open = self
+            .gate_opens_at()
+            .is_some_and(|at| at == 0 || at + SLACK <= idle_from);
+        if !gate_open {
+            return Ok(());
+        }
+        // Each lane offers its oldest message still in the queue; a lane
+        // whose oldest is waiting (or whose order is unclear) offers nothing.
+        let mut offered: Vec<MsgId> = Vec::new();
+        let mut lanes: BTreeMap<&str, Vec<MsgId>> = BTreeMap::new();
+        for (id, m) in self.msgs.iter().enumerate() {
+            let Place::Held { not_before, .. } = m.place else {
+                continue;
+            };
+            // An expired message leaves its lane when the queue meets it: a
+            // returned one waiting out its redelivery delay still holds its
+            // group until then.
+            let waiting = not_before.is_some_and(|nb| nb + SLACK > idle_from);
+            if m.surely_expired(idle_from) && !waiting {
+                continue;
+            }
+            match &m.lane {
+                None => offered.push(id),
+                Some(lane) => lanes.entry(lane).or_default().push(id),
+            }
+        }
+        for ids in lanes.values() {
+            let oldest = ids.iter().find(|a| {
+                ids.iter()
+                    .all(|b| a == &b || self.msgs[**a].arrival.before(&self.msgs[*b].arrival))
+            });
+            if let Some(oldest) = oldest {
+                offered.push(*oldest);
+            }
+        }
+        for (cid, c) in self.active() {
+            if c.credit == 0 || (self.settings.exclusive && self.exclusive != Some(*cid)) {
+                continue;
+            }
+            for id in &offered {
+                let m = &self.msgs[*id];
+                let takes = self.surely_available(m, idle_from, now)
+                    && c.spec.selector.is_none_or(|s| s == m.sent.color)
+                    && !m.refused_by.contains(cid)
+                    && m.lane.as_ref().is_none_or(|l| {
+                        !self.lane_paused(l) && self.owners.get(l).is_none_or(|o| o == cid)
+                    });
+                if takes {
+                    return fail(
+                        Invariant::HeadOfLine,
+                        format!(
+                            "idle queue: c{cid} has credit {} and may take m{id} (lane {:?}), but nothing came",
+                            c.credit, m.lane
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_browsers(&self, idle_from: Ms, now: Ms) -> Check {
+        for (cid, b) in self.consumers.iter().filter(|(_, c)| c.spec.browser) {
+            for (id, m) in self.msgs.iter().enumerate() {
+                // Owed: in the queue, available, since before the browser came.
+                let Place::Held { not_before, since } = m.place else {
+                    continue;
+                };
+                let owed = since < b.attached
+                    && not_before.is_none_or(|nb| nb + SLACK <= b.attached_at)
+                    && m.surely_live(now)
+                    && b.spec.selector.is_none_or(|s| s == m.sent.color)
+                    && !b.shown.contains(&id);
+                if !owed {
+                    continue;
+                }
+                let passed = b
+                    .shown
+                    .iter()
+                    .any(|s| m.arrival.before(&self.msgs[*s].arrival));
+                if b.credit > 0 || passed {
+                    return fail(
+                        Invariant::Browser,
+                        format!(
+                            "browser c{cid} (credit {}) was never shown m{id}, in the queue since before it attached{}",
+                            b.credit,
+                            if passed { " (and it was shown newer ones)" } else { "" }
+                        ),
+                    );
+                }
+            }
+        }
+        let _ = idle_from;
+        Ok(())
+    }
+
+    /// After the final drain (every consumer closed, every deadline past, a
+    /// fresh consumer took everything): each message has an end.
+    pub fn check_accounted(&self) -> Check {
+        for (id, m) in self.msgs.iter().enumerate() {
+            match &m.place {
+                Place::Held { .. } if m.sent.expires.is_some() => {
+                    return fail(
+                        Invariant::NoLoss,
+                        format!(
+                            "m{id} (expiry {:?}) neither delivered nor sent to the expiry address",
+                            m.sent.expires
+                        ),
+                    )
+                }
+                Place::Held { .. } => {
+                    return fail(
+                        Invariant::NoLoss,
+                        format!(
+                            "m{id} is still in the queue but never delivered (durable: {})",
+                            m.durable
+                        ),
+                    )
+                }
+                Place::InFlight { consumer, .. } => {
+                    return fail(
+                        Invariant::NoLoss,
+                        format!("m{id} still in flight to c{consumer} after the drain"),
+                    )
+                }
+                Place::DeadLettered if !m.dead_seen => {
+                    return fail(
+                        Invariant::DeadLetter,
+                        format!("m{id} never reached the dead-letter address"),
+                    )
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}

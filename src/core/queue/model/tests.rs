@@ -1,0 +1,434 @@
+//! The queue against its model: random cases, and each bug found as a named
+//! regression test.
+
+use super::driver;
+use super::ops::{self, CaseSettings, Family, Op, SendOp, SettleOp};
+use super::reference::{ConsumerSpec, CreditKind};
+use proptest::prelude::*;
+use std::time::Duration;
+
+/// Cases per property unless `PROPTEST_CASES` says otherwise (sized for
+/// CI: release build, two cores).
+const DEFAULT_CASES: u32 = 64;
+/// Operations per case at most.
+const MAX_OPS: usize = 40;
+
+fn config() -> ProptestConfig {
+    let mut config = ProptestConfig::default();
+    if std::env::var_os("PROPTEST_CASES").is_none() {
+        config.cases = DEFAULT_CASES;
+    }
+    if std::env::var_os("PROPTEST_MAX_SHRINK_TIME").is_none() {
+        config.max_shrink_time = 120_000;
+    }
+    config
+}
+
+fn check(case: &CaseSettings, ops: &[Op]) -> Result<(), TestCaseError> {
+    let (case, ops) = skip_known(case, ops);
+    driver::run(&case, &ops).map_err(TestCaseError::fail)
+}
+
+/// `QUEUE_MODEL_SKIP=not-here,browser,gate-zero,paging,redelivery-delay`:
+/// leaves out what a known bug breaks (undeliverable-here becomes released,
+/// browsers plain consumers, a gate delay of zero 10 ms, paging off, no
+/// redelivery delay), to look for the next bug while the known ones are
+/// being fixed.
+fn skip_known(case: &CaseSettings, ops: &[Op]) -> (CaseSettings, Vec<Op>) {
+    let skip = std::env::var("QUEUE_MODEL_SKIP").unwrap_or_default();
+    let skips = |what: &str| skip.split(',').any(|s| s.trim() == what);
+    let mut case = case.clone();
+    if skips("gate-zero") && case.delay_before_dispatch == Some(Duration::ZERO) {
+        case.delay_before_dispatch = Some(Duration::from_millis(10));
+    }
+    if skips("redelivery-delay") {
+        case.redelivery_delay = Duration::ZERO;
+    }
+    if skips("paging") {
+        case.max_memory_messages = 10_000;
+    }
+    let ops = ops
+        .iter()
+        .cloned()
+        .map(|op| match op {
+            Op::Settle {
+                consumer,
+                pick,
+                how: SettleOp::NotHere,
+            } if skips("not-here") => Op::Settle {
+                consumer,
+                pick,
+                how: SettleOp::Release,
+            },
+            Op::Subscribe { conn, mut spec } if skips("browser") => {
+                spec.browser = false;
+                Op::Subscribe { conn, spec }
+            }
+            op => op,
+        })
+        .collect();
+    (case, ops)
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn plain_queue_behaves_like_its_model(
+        case in ops::settings(Family::Plain),
+        ops in ops::ops(Family::Plain, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn paging_queue_behaves_like_its_model(
+        case in ops::settings(Family::Paging),
+        ops in ops::ops(Family::Paging, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn delays_and_expiry_behave_like_the_model(
+        case in ops::settings(Family::Timing),
+        ops in ops::ops(Family::Timing, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn exclusive_queue_behaves_like_its_model(
+        case in ops::settings(Family::Exclusive),
+        ops in ops::ops(Family::Exclusive, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn dispatch_gates_behave_like_the_model(
+        case in ops::settings(Family::Gates),
+        ops in ops::ops(Family::Gates, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn restarts_behave_like_the_model(
+        case in ops::settings(Family::Restart),
+        ops in ops::ops(Family::Restart, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+
+    #[test]
+    fn queue_with_everything_on_behaves_like_its_model(
+        case in ops::settings(Family::Everything),
+        ops in ops::ops(Family::Everything, MAX_OPS),
+    ) {
+        check(&case, &ops)?;
+    }
+}
+
+// Each bug the property tests found, shrunk, as a plain test named after the
+// behaviour the spec requires. They fail until the queue rewrite lands.
+
+fn plain() -> CaseSettings {
+    CaseSettings {
+        max_memory_messages: 10_000,
+        exclusive: false,
+        consumers_before_dispatch: 0,
+        delay_before_dispatch: None,
+        redelivery_delay: Duration::ZERO,
+        max_delivery_attempts: 0,
+        group_buckets: -1,
+        durable: false,
+        group_rebalance: false,
+    }
+}
+
+fn send(group: Option<u8>) -> Op {
+    Op::Send(SendOp {
+        group,
+        closes_group: false,
+        delay_ms: None,
+        ttl_ms: None,
+        priority: 4,
+        durable: false,
+        color: 0,
+    })
+}
+
+fn consumer(window: u32, priority: i32) -> Op {
+    Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Window(window),
+            priority,
+            selector: None,
+            browser: false,
+        },
+    }
+}
+
+fn browser(window: u32) -> Op {
+    Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Window(window),
+            priority: 0,
+            selector: None,
+            browser: true,
+        },
+    }
+}
+
+/// The first consumer settles its first delivery.
+fn settle_first(how: SettleOp) -> Op {
+    Op::Settle {
+        consumer: 0,
+        pick: 0,
+        how,
+    }
+}
+
+fn holds(case: &CaseSettings, ops: &[Op]) {
+    if let Err(e) = driver::run(case, ops) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn an_undeliverable_here_message_does_not_block_its_consumer() {
+    // c1 answers undeliverable-here for m0; m1 must still reach it.
+    let ops = [
+        send(None),
+        consumer(1, 0),
+        settle_first(SettleOp::NotHere),
+        send(None),
+    ];
+    holds(&plain(), &ops);
+}
+
+#[test]
+fn a_stalled_lane_does_not_hold_back_paged_messages() {
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        ..plain()
+    };
+    // G2's owner has no credit left; the ungrouped m3 is paged behind G2's m2.
+    let ops = [
+        consumer(2, 0),
+        send(None),
+        consumer(1, 0),
+        send(Some(2)),
+        send(Some(2)),
+        send(None),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn a_browser_sees_paged_messages() {
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        ..plain()
+    };
+    holds(&case, &[send(None), send(None), browser(2)]);
+}
+
+#[test]
+fn a_higher_priority_consumer_does_not_take_over_an_exclusive_queue() {
+    let case = CaseSettings {
+        exclusive: true,
+        ..plain()
+    };
+    // m0 comes back from the exclusive c1; c2 (priority 1) must not get it.
+    let ops = [
+        send(None),
+        consumer(1, 0),
+        consumer(1, 1),
+        settle_first(SettleOp::Nack),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn the_dispatch_gate_stays_open_while_any_consumer_remains() {
+    let case = CaseSettings {
+        consumers_before_dispatch: 2,
+        ..plain()
+    };
+    let ops = [
+        consumer(1, 0),
+        consumer(1, 0),
+        Op::Close { consumer: 0 },
+        send(None),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn a_zero_delay_before_dispatch_does_not_wait() {
+    let case = CaseSettings {
+        consumers_before_dispatch: 2,
+        delay_before_dispatch: Some(Duration::ZERO),
+        ..plain()
+    };
+    holds(&case, &[consumer(1, 0), send(None)]);
+}
+
+#[test]
+fn the_gate_delay_restarts_with_the_next_first_consumer() {
+    let case = CaseSettings {
+        consumers_before_dispatch: 2,
+        delay_before_dispatch: Some(Duration::from_millis(30)),
+        ..plain()
+    };
+    // The gate opens by time for c1, closes when c1 leaves, and must wait
+    // 30 ms again for c2.
+    let ops = [
+        consumer(1, 0),
+        send(None),
+        Op::Advance { ms: 40 },
+        Op::Close { consumer: 0 },
+        consumer(1, 0),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn a_message_waiting_for_redelivery_holds_back_its_group() {
+    let case = CaseSettings {
+        redelivery_delay: Duration::from_millis(10),
+        ..plain()
+    };
+    // m0 is NACKed and waits 10 ms; m1 of its group must wait with it.
+    let ops = [
+        consumer(1, 0),
+        send(Some(0)),
+        send(Some(0)),
+        settle_first(SettleOp::Nack),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn durable_messages_survive_a_restart_and_non_durable_ones_do_not() {
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        ..plain()
+    };
+    let durable = |durable| {
+        Op::Send(SendOp {
+            group: Some(0),
+            closes_group: false,
+            delay_ms: None,
+            ttl_ms: None,
+            priority: 4,
+            durable,
+            color: 0,
+        })
+    };
+    // Paged and in flight, durable and not, across a restart.
+    let ops = [
+        durable(true),
+        durable(false),
+        durable(true),
+        durable(false),
+        consumer(1, 0),
+        Op::Restart,
+        consumer(4, 0),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn a_browser_is_not_shown_messages_in_flight() {
+    // The browser saw m0; by the time it has credit again both messages
+    // are with consumers.
+    let ops = [
+        send(None),
+        send(None),
+        browser(1),
+        consumer(1, 0),
+        consumer(1, 0),
+        Op::AddCredit {
+            consumer: 0,
+            credit: 1,
+        },
+    ];
+    holds(&plain(), &ops);
+}
+
+#[test]
+fn a_browser_sees_messages_in_arrival_order() {
+    let urgent = Op::Send(SendOp {
+        group: None,
+        closes_group: false,
+        delay_ms: None,
+        ttl_ms: None,
+        priority: 9,
+        durable: false,
+        color: 0,
+    });
+    holds(&plain(), &[send(None), urgent, browser(1)]);
+}
+
+#[test]
+fn a_browser_is_not_shown_expired_messages() {
+    let short_lived = Op::Send(SendOp {
+        group: None,
+        closes_group: false,
+        delay_ms: None,
+        ttl_ms: Some(5),
+        priority: 4,
+        durable: false,
+        color: 0,
+    });
+    holds(&plain(), &[short_lived, Op::Advance { ms: 20 }, browser(1)]);
+}
+
+#[test]
+fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
+    // c1 refuses m0 (undeliverable-here), takes m1 (binding G2's lane) and
+    // m2, then NACKs one of them: m3 of its own lane must still reach it past m0.
+    let case = CaseSettings {
+        redelivery_delay: Duration::from_millis(10),
+        group_buckets: 2,
+        ..plain()
+    };
+    let with = |group: Option<u8>, f: &dyn Fn(&mut SendOp)| {
+        let Op::Send(mut s) = send(group) else {
+            unreachable!()
+        };
+        f(&mut s);
+        Op::Send(s)
+    };
+    for pick in 0..2 {
+        let ops = [
+            consumer(1, 0),
+            send(None),
+            with(Some(2), &|s| s.ttl_ms = Some(40)),
+            with(None, &|s| {
+                s.durable = true;
+                s.color = 1
+            }),
+            settle_first(SettleOp::NotHere),
+            Op::AddCredit {
+                consumer: 0,
+                credit: 1,
+            },
+            with(Some(2), &|s| {
+                s.closes_group = true;
+                s.color = 1
+            }),
+            Op::Settle {
+                consumer: 0,
+                pick,
+                how: SettleOp::Nack,
+            },
+        ];
+        holds(&case, &ops);
+    }
+}
