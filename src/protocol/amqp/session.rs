@@ -877,7 +877,15 @@ pub fn apply_outcome(
 pub fn write_outcome(result: Result<(), Arc<StoreError>>) -> DeliveryState {
     match result {
         Ok(()) => DeliveryState::Accepted,
-        Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),
+        Err(e) => rejected(store_condition(&e), &e.to_string()),
+    }
+}
+
+/// A full disk is a limit the client can wait out, not the broker's fault.
+fn store_condition(e: &StoreError) -> &'static str {
+    match e {
+        StoreError::DiskFull(_) => condition::RESOURCE_LIMIT_EXCEEDED,
+        _ => condition::INTERNAL_ERROR,
     }
 }
 
@@ -895,7 +903,7 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::DelayTooLong { .. } | CoreError::InvalidDelay(_) => condition::INVALID_FIELD,
         CoreError::UnknownDelivery(_) => condition::ILLEGAL_STATE,
         CoreError::ConsumerClosed => condition::ILLEGAL_STATE,
-        CoreError::Store(_) => condition::INTERNAL_ERROR,
+        CoreError::Store(e) => store_condition(e),
         CoreError::ShuttingDown => condition::RESOURCE_DELETED,
     }
 }
