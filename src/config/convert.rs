@@ -29,6 +29,11 @@ const DEFAULT_DATA_DIR: &str = "./weir-data";
 const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(2);
 const DEFAULT_MAX_BATCH: u64 = 1_000;
 const DEFAULT_HOLD_FOR_ACK: Duration = Duration::from_millis(5);
+/// Artemis's default for the same setting.
+const DEFAULT_MAX_DISK_USAGE: u64 = 90;
+/// Room for RocksDB's own housekeeping (a memtable flush, a compaction) on
+/// a disk too large for 10% to matter.
+const DEFAULT_MIN_FREE_DISK: u64 = 64 << 20;
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 
@@ -293,10 +298,26 @@ fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {
             },
         ));
     }
+    let max_disk_usage = ranged(
+        raw.max_disk_usage,
+        DEFAULT_MAX_DISK_USAGE,
+        1,
+        100,
+        &key.field("max_disk_usage"),
+    )?;
+    let min_free_disk = ranged_size(
+        raw.min_free_disk.as_ref(),
+        DEFAULT_MIN_FREE_DISK,
+        0,
+        u64::MAX,
+        &key.field("min_free_disk"),
+    )?;
     Ok(StoreConfig {
         fsync,
         max_batch: to_usize(max_batch),
         hold_for_ack,
+        max_disk_usage: max_disk_usage as u8,
+        min_free_disk,
     })
 }
 

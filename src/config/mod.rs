@@ -81,6 +81,12 @@ pub struct StoreConfig {
     /// How long a new durable message may stay unwritten waiting for its
     /// consumer's acknowledgement; zero for never.
     pub hold_for_ack: Duration,
+    /// Percent of the data dir's filesystem in use beyond which durable
+    /// messages are refused.
+    pub max_disk_usage: u8,
+    /// Free bytes on the data dir's filesystem below which durable messages
+    /// are refused.
+    pub min_free_disk: u64,
 }
 
 /// When a durable write is on disk, and so when its receipt may go out.

@@ -75,6 +75,8 @@ pub(super) struct RawStore {
     pub batch_window: Option<RawDuration>,
     pub max_batch: Option<u64>,
     pub hold_for_ack: Option<RawDuration>,
+    pub max_disk_usage: Option<u64>,
+    pub min_free_disk: Option<RawSize>,
 }
 
 #[derive(Debug, Default, Deserialize)]

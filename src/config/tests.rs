@@ -209,6 +209,14 @@ fn value_errors_name_the_key() {
             "config: broker.worker_threads: must be between 1 and 1024",
         ),
         (
+            "[store]\nmax_disk_usage = 0",
+            "config: store.max_disk_usage: must be between 1 and 100",
+        ),
+        (
+            "[store]\nmax_disk_usage = 101",
+            "config: store.max_disk_usage: must be between 1 and 100",
+        ),
+        (
             "[store]\nhold_for_ack = \"2s\"",
             "config: store.hold_for_ack: must be 0 or between 1us and 1s",
         ),
@@ -485,6 +493,8 @@ fn fsync_policies() {
             },
             max_batch: 64,
             hold_for_ack: Duration::from_millis(5),
+            max_disk_usage: 90,
+            min_free_disk: 64 << 20,
         }
     );
     assert_eq!(
@@ -573,4 +583,12 @@ fn transaction_limits_are_read_and_default_to_the_core_defaults() {
     assert_eq!(c.limits().max_transaction_ops, 10);
     assert_eq!(c.limits().max_transaction_bytes, 1 << 20);
     assert_eq!(c.limits().max_open_transactions, 2);
+}
+
+#[test]
+fn disk_limits_are_read_with_units() {
+    let config = load("[store]\nmax_disk_usage = 97\nmin_free_disk = \"1GiB\"");
+    assert_eq!(config.store().max_disk_usage, 97);
+    assert_eq!(config.store().min_free_disk, 1 << 30);
+    assert_eq!(load("[store]\nmin_free_disk = 0").store().min_free_disk, 0);
 }

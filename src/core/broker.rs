@@ -213,6 +213,7 @@ impl Broker {
 
     /// Routes a message. The receipt resolves when every durable copy is on disk.
     pub fn publish(&self, message: Message, routing: RoutingType) -> Result<Receipt, CoreError> {
+        self.refuse_on_full_disk(&message)?;
         match routing {
             RoutingType::Anycast => {
                 let queue = self.queue_or_create(&message.address, false)?;
@@ -253,6 +254,7 @@ impl Broker {
         queue: &Arc<Queue>,
         mut message: Message,
     ) -> Result<Receipt, CoreError> {
+        self.refuse_on_full_disk(&message)?;
         // In place: a message is a few hundred bytes, moved on every hand-over.
         self.resolve_delay(&mut message, queue.settings())?;
         Ok(self.enqueue(queue, Arc::new(message), 0))
@@ -278,6 +280,10 @@ impl Broker {
         let mut now = Vec::with_capacity(messages.size_hint().0);
         let mut now_at = Vec::with_capacity(messages.size_hint().0);
         for mut message in messages {
+            if let Err(e) = self.refuse_on_full_disk(&message) {
+                results.push(Err(e));
+                continue;
+            }
             let settings = queue.settings();
             if message.due_at.is_some()
                 || message.may_carry_delay
@@ -303,6 +309,21 @@ impl Broker {
             results[at] = Ok(Receipt::from(completion));
         }
         results
+    }
+
+    /// A durable message is refused before it is queued while the disk is
+    /// past its limits or the store cannot write: its sender hears why, and
+    /// nothing of it is kept. One atomic load while the disk is fine.
+    #[inline]
+    fn refuse_on_full_disk(&self, message: &Message) -> Result<(), CoreError> {
+        match message.durable {
+            true => self
+                .inner
+                .store
+                .disk_refusal()
+                .map_or(Ok(()), |e| Err(e.into())),
+            false => Ok(()),
+        }
     }
 
     fn enqueue(&self, queue: &Arc<Queue>, message: Arc<Message>, delivery_count: u32) -> Receipt {

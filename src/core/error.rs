@@ -27,6 +27,14 @@ pub enum CoreError {
     ShuttingDown,
 }
 
+impl CoreError {
+    /// The disk is past its limits or full: a condition the client can wait
+    /// out, not a fault of the broker.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, CoreError::Store(e) if matches!(**e, StoreError::DiskFull(_)))
+    }
+}
+
 impl From<Arc<StoreError>> for CoreError {
     fn from(e: Arc<StoreError>) -> Self {
         CoreError::Store(e)

@@ -10,7 +10,7 @@ use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
-use crate::store::{FsyncPolicy, Store, StoreError, StoreOptions};
+use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -55,6 +55,10 @@ pub fn store_options(config: &Config) -> StoreOptions {
         fsync,
         max_batch: config.store().max_batch,
         hold_for_ack: config.store().hold_for_ack,
+        disk_limits: DiskLimits {
+            max_usage_percent: config.store().max_disk_usage,
+            min_free: config.store().min_free_disk,
+        },
         ..StoreOptions::default()
     }
 }

@@ -2,6 +2,7 @@
 //! sequence; it never interprets a message.
 
 mod answers;
+mod disk;
 mod held;
 mod holding;
 mod inbox;
@@ -11,6 +12,7 @@ mod release;
 mod rocks;
 mod writer;
 
+pub use disk::{DiskLimits, DiskRefusal};
 pub use keys::{MessageKey, ScheduleKey};
 pub use record::{MessageRecord, Record};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
@@ -21,6 +23,8 @@ pub use writer::{Completion, FsyncPolicy, Hold, Op, Written};
 pub enum StoreError {
     #[error("storage error: {0}")]
     Rocks(#[from] rocksdb::Error),
+    #[error("{0}")]
+    DiskFull(#[from] DiskRefusal),
     #[error("storage is shut down")]
     Closed,
     #[error("corrupt record under key {0:02x?}")]

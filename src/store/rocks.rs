@@ -1,14 +1,16 @@
 //! Opening RocksDB, submitting changes to the writer, and the read paths
 //! (recovery at start, paging a deep queue back in, scanning due times).
 
+use super::disk::{DiskLimits, DiskRefusal, DiskState};
 use super::holding::Holding;
 use super::inbox::Inbox;
 use super::keys::{MessageKey, ScheduleKey};
-use super::writer::{Completion, FsyncPolicy, Op, OpList, Writer};
+use super::writer::{Completion, Failed, FsyncPolicy, Op, OpList, Writer};
 use super::StoreError;
 use bytes::Bytes;
+use parking_lot::RwLock;
 use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, ReadOptions, DB};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub(super) const CF_MESSAGES: &str = "messages";
@@ -29,6 +31,8 @@ pub struct StoreOptions {
     /// acknowledgement (if it comes, the message is never written); zero
     /// writes every message with the next commit. See `holding`.
     pub hold_for_ack: std::time::Duration,
+    /// Beyond these, new messages are refused (see `disk`).
+    pub disk_limits: DiskLimits,
 }
 
 impl Default for StoreOptions {
@@ -39,6 +43,7 @@ impl Default for StoreOptions {
             queue_depth: 65_536,
             idle_flush_after: std::time::Duration::from_secs(3),
             hold_for_ack: std::time::Duration::from_millis(5),
+            disk_limits: DiskLimits::default(),
         }
     }
 }
@@ -57,7 +62,8 @@ pub struct Store {
 }
 
 struct Inner {
-    db: Arc<DB>,
+    database: Arc<Database>,
+    disk: Arc<DiskState>,
     inbox: Arc<Inbox>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -75,43 +81,21 @@ impl Drop for Inner {
 
 impl Store {
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
-        let mut db_options = Options::default();
-        db_options.create_if_missing(true);
-        db_options.create_missing_column_families(true);
-        db_options.set_max_background_jobs(2);
-        // Queue data is written once and deleted soon after. Messages consumed
-        // at once never reach the memtable (the writer drops put + delete pairs),
-        // so 16 MiB still lets most written ones die before a flush, and keeps
-        // the broker's resident memory after a persistent burst low.
-        db_options.set_write_buffer_size(16 << 20);
-        // Bound what RocksDB holds in memory however much is stored: one budget
-        // for every memtable, old WALs flushed away instead of pinning
-        // memtables of quiet column families, and index and filter blocks kept
-        // in a fixed-size block cache instead of growing with the data.
-        db_options.set_db_write_buffer_size(48 << 20);
-        db_options.set_max_total_wal_size(256 << 20);
-        let cache = rocksdb::Cache::new_lru_cache(64 << 20)?;
-        let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
-            .into_iter()
-            .map(|name| {
-                let mut table = rocksdb::BlockBasedOptions::default();
-                table.set_block_cache(&cache);
-                table.set_cache_index_and_filter_blocks(true);
-                table.set_pin_l0_filter_and_index_blocks_in_cache(true);
-                let mut cf = Options::default();
-                cf.set_write_buffer_size(16 << 20);
-                cf.set_block_based_table_factory(&table);
-                ColumnFamilyDescriptor::new(name, cf)
-            });
-        let db = Arc::new(DB::open_cf_descriptors(&db_options, dir, cfs)?);
+        let disk = DiskState::watch(dir, options.disk_limits);
+        let (database, writable) = Database::open(dir)?;
+        let database = Arc::new(database);
+        disk.set_write_failed(!writable);
         let inbox = Arc::new(Inbox::new(options.queue_depth));
         let writer_inbox = inbox.clone();
-        let thread_db = db.clone();
+        let writer_database = database.clone();
+        let writer_disk = disk.clone();
         let thread = std::thread::Builder::new()
             .name("weir-store-writer".into())
             .spawn(move || {
                 Writer {
-                    db: thread_db,
+                    database: writer_database,
+                    disk: writer_disk,
+                    failed: Failed::new(!writable),
                     policy: options.fsync,
                     max_batch: options.max_batch,
                     idle_flush_after: options.idle_flush_after,
@@ -125,11 +109,22 @@ impl Store {
             .map_err(|_| StoreError::Closed)?;
         Ok(Self {
             inner: Arc::new(Inner {
-                db,
+                database,
+                disk,
                 inbox,
                 thread: Some(thread),
             }),
         })
+    }
+
+    /// Why durable writes are refused right now (disk limits, a failed
+    /// write), if they are: one atomic load when they are not.
+    #[inline]
+    pub fn disk_refusal(&self) -> Option<StoreError> {
+        if !self.inner.disk.refusing() {
+            return None;
+        }
+        self.inner.disk.refusal().map(StoreError::DiskFull)
     }
 
     /// Queues one op; the returned completion resolves when it is durable.
@@ -151,6 +146,11 @@ impl Store {
     }
 
     fn send(&self, ops: OpList, wait: bool) -> Completion {
+        if self.inner.disk.refusing() && ops.puts_message() {
+            if let Some(refusal) = self.inner.disk.refusal() {
+                return Completion::failed(StoreError::DiskFull(refusal));
+            }
+        }
         match (self.inner.inbox.submit(ops), wait) {
             (Ok(ticket), true) => Completion::ticket(ticket, self.inner.inbox.answers().clone()),
             (Err(e), true) => Completion::failed(e),
@@ -159,9 +159,10 @@ impl Store {
     }
 
     pub fn queues(&self) -> Result<Vec<RecoveredQueue>, StoreError> {
-        let cf = self.cf(CF_QUEUES)?;
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_QUEUES)?;
         let mut out = Vec::new();
-        for item in self.inner.db.iterator_cf(cf, IteratorMode::Start) {
+        for item in db.iterator_cf(cf, IteratorMode::Start) {
             let (key, value) = item?;
             let name =
                 String::from_utf8(key.to_vec()).map_err(|_| StoreError::Corrupt(key.to_vec()))?;
@@ -191,7 +192,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
         let from_seq = seqs.start;
-        let cf = self.cf(CF_MESSAGES)?;
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_MESSAGES)?;
         let start = MessageKey {
             queue,
             seq: from_seq,
@@ -207,11 +209,7 @@ impl Store {
             .to_vec(),
         );
         let mut out = Vec::new();
-        for item in
-            self.inner
-                .db
-                .iterator_cf_opt(cf, read, IteratorMode::From(&start, Direction::Forward))
-        {
+        for item in db.iterator_cf_opt(cf, read, IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = item?;
             let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
             if key.queue != queue {
@@ -226,14 +224,26 @@ impl Store {
     }
 
     /// Deletes messages right away, bypassing the writer; only for recovery,
-    /// before anything else writes, so later reads cannot see them.
+    /// before anything else writes, so later reads cannot see them. On a
+    /// full disk (the store opened read-only) they are left to the writer,
+    /// which writes them once space returns.
     pub fn delete_messages_now(&self, keys: &[MessageKey]) -> Result<(), StoreError> {
-        let cf = self.cf(CF_MESSAGES)?;
+        if keys.is_empty() {
+            return Ok(());
+        }
+        if self.inner.disk.refusal() == Some(DiskRefusal::WriteFailed) {
+            for key in keys {
+                self.submit_detached(Op::DeleteMessage { key: *key });
+            }
+            return Ok(());
+        }
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_MESSAGES)?;
         let mut batch = rocksdb::WriteBatch::default();
         for key in keys {
             batch.delete_cf(cf, key.encode());
         }
-        self.inner.db.write(batch)?;
+        db.write(batch)?;
         Ok(())
     }
 
@@ -242,12 +252,9 @@ impl Store {
         &self,
         mut visit: impl FnMut(MessageKey, Bytes),
     ) -> Result<(), StoreError> {
-        let cf = self.cf(CF_MESSAGES)?;
-        for item in self
-            .inner
-            .db
-            .iterator_cf_opt(cf, read_once(), IteratorMode::Start)
-        {
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_MESSAGES)?;
+        for item in db.iterator_cf_opt(cf, read_once(), IteratorMode::Start) {
             let (key, value) = item?;
             let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
             visit(key, Bytes::from(value.into_vec()));
@@ -261,14 +268,11 @@ impl Store {
         from: ScheduleKey,
         limit: usize,
     ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
-        let cf = self.cf(CF_SCHEDULED)?;
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_SCHEDULED)?;
         let start = from.encode();
         let mut out = Vec::new();
-        for item in self
-            .inner
-            .db
-            .iterator_cf(cf, IteratorMode::From(&start, Direction::Forward))
-        {
+        for item in db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = item?;
             let key = ScheduleKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
             out.push((key, Bytes::from(value.into_vec())));
@@ -281,22 +285,129 @@ impl Store {
 
     /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
     pub fn disk_usage(&self) -> u64 {
-        let sst = |name| {
-            self.inner
-                .db
-                .property_int_value(name)
-                .ok()
-                .flatten()
-                .unwrap_or(0)
+        let Ok(db) = self.inner.database.get() else {
+            return 0;
         };
+        let sst = |name| db.property_int_value(name).ok().flatten().unwrap_or(0);
         sst("rocksdb.total-sst-files-size") + sst("rocksdb.cur-size-all-mem-tables")
     }
+}
 
-    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, StoreError> {
-        self.inner
-            .db
-            .cf_handle(name)
-            .ok_or_else(|| StoreError::Corrupt(name.as_bytes().to_vec()))
+pub(super) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily, StoreError> {
+    db.cf_handle(name)
+        .ok_or_else(|| StoreError::Corrupt(name.as_bytes().to_vec()))
+}
+
+/// The open database, which the writer may close and open again: after a
+/// failed write RocksDB refuses every later one until it is reopened, and a
+/// store started on a full disk is open read-only until space returns.
+pub(super) struct Database {
+    dir: PathBuf,
+    slot: RwLock<Option<Arc<DB>>>,
+}
+
+/// How long a reopen waits for readers still holding the old database.
+const READERS_GONE_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Database {
+    /// Opens for writing, or read-only when the disk is too full for
+    /// RocksDB to start (it writes a new MANIFEST, OPTIONS and WAL at open,
+    /// and flushes what the old WAL held): consumers can still drain it.
+    /// True when writable.
+    fn open(dir: &Path) -> Result<(Self, bool), StoreError> {
+        let (db, writable) = match open_db(dir, false) {
+            Ok(db) => (db, true),
+            Err(e) if is_no_space(&e) => {
+                tracing::warn!(error = %e, "disk full: the store is open read-only until space returns");
+                (open_db(dir, true)?, false)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let database = Self {
+            dir: dir.to_path_buf(),
+            slot: RwLock::new(Some(Arc::new(db))),
+        };
+        Ok((database, writable))
+    }
+
+    pub fn get(&self) -> Result<Arc<DB>, StoreError> {
+        self.slot.read().clone().ok_or(StoreError::Closed)
+    }
+
+    /// Closes the database and opens it again for writing (read-only when
+    /// that fails). True when writable. Readers wait meanwhile.
+    pub fn reopen(&self) -> Result<bool, StoreError> {
+        let mut slot = self.slot.write();
+        if let Some(old) = slot.take() {
+            let deadline = std::time::Instant::now() + READERS_GONE_WITHIN;
+            while Arc::strong_count(&old) > 1 {
+                if std::time::Instant::now() > deadline {
+                    *slot = Some(old);
+                    return Err(StoreError::Closed);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            drop(old);
+        }
+        match open_db(&self.dir, false) {
+            Ok(db) => {
+                *slot = Some(Arc::new(db));
+                Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the store cannot reopen for writing yet");
+                *slot = Some(Arc::new(open_db(&self.dir, true)?));
+                Ok(false)
+            }
+        }
+    }
+}
+
+pub(super) fn is_no_space(e: &rocksdb::Error) -> bool {
+    let text = e.to_string();
+    text.contains("No space left") || text.contains("quota exceeded")
+}
+
+fn open_db(dir: &Path, read_only: bool) -> Result<DB, rocksdb::Error> {
+    let mut db_options = Options::default();
+    db_options.create_if_missing(true);
+    db_options.create_missing_column_families(true);
+    db_options.set_max_background_jobs(2);
+    // RocksDB's own LOG file lives on the data disk. Once a write to it
+    // failed (disk full), Debian's build (assertions on) aborts the process
+    // at the next line logged, and a disk error is exactly when RocksDB
+    // logs. Only fatal lines and the header at open reach it; Weir logs
+    // store errors itself.
+    db_options.set_log_level(rocksdb::LogLevel::Fatal);
+    db_options.set_keep_log_file_num(4);
+    // Queue data is written once and deleted soon after. Messages consumed
+    // at once never reach the memtable (the writer drops put + delete pairs),
+    // so 16 MiB still lets most written ones die before a flush, and keeps
+    // the broker's resident memory after a persistent burst low.
+    db_options.set_write_buffer_size(16 << 20);
+    // Bound what RocksDB holds in memory however much is stored: one budget
+    // for every memtable, old WALs flushed away instead of pinning
+    // memtables of quiet column families, and index and filter blocks kept
+    // in a fixed-size block cache instead of growing with the data.
+    db_options.set_db_write_buffer_size(48 << 20);
+    db_options.set_max_total_wal_size(256 << 20);
+    let cache = rocksdb::Cache::new_lru_cache(64 << 20)?;
+    let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
+        .into_iter()
+        .map(|name| {
+            let mut table = rocksdb::BlockBasedOptions::default();
+            table.set_block_cache(&cache);
+            table.set_cache_index_and_filter_blocks(true);
+            table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+            let mut cf = Options::default();
+            cf.set_write_buffer_size(16 << 20);
+            cf.set_block_based_table_factory(&table);
+            ColumnFamilyDescriptor::new(name, cf)
+        });
+    if read_only {
+        DB::open_cf_descriptors_read_only(&db_options, dir, cfs, false)
+    } else {
+        DB::open_cf_descriptors(&db_options, dir, cfs)
     }
 }
 
@@ -372,11 +483,9 @@ mod tests {
     }
 
     fn memtable_bytes(store: &Store) -> u64 {
-        let cf = store.cf(CF_MESSAGES).unwrap();
-        store
-            .inner
-            .db
-            .property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
+        let db = store.inner.database.get().unwrap();
+        let cf = cf(&db, CF_MESSAGES).unwrap();
+        db.property_int_value_cf(cf, "rocksdb.cur-size-all-mem-tables")
             .unwrap()
             .unwrap()
     }

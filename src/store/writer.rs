@@ -3,13 +3,14 @@
 //! changes of one queue reach RocksDB in the order the core made them.
 
 use super::answers::{Answers, Outcome, TicketAnswer};
+use super::disk::{DiskRefusal, DiskState};
 use super::held::{Held, HeldPut};
 use super::holding::Holding;
 use super::inbox::{Inbox, Submission, Taken, Wait};
 use super::keys::{MessageKey, ScheduleKey};
 use super::record::Record;
 use super::release::{Releases, Ticket};
-use super::rocks::{CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
+use super::rocks::{Database, CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
 use super::StoreError;
 use bytes::Bytes;
 use rocksdb::{WriteBatch, WriteOptions, DB};
@@ -77,6 +78,69 @@ impl OpList {
             OpList::One(_) => 1,
             OpList::Many(ops) => ops.len(),
         }
+    }
+
+    /// Whether it stores a message (what a full disk refuses; deletes,
+    /// which free space, and queue records still go through).
+    pub fn puts_message(&self) -> bool {
+        let puts = |op: &Op| matches!(op, Op::PutMessage { .. } | Op::PutScheduled { .. });
+        match self {
+            OpList::One(op) => puts(op),
+            OpList::Many(ops) => ops.iter().any(puts),
+        }
+    }
+}
+
+/// A change that must still be written after a failed write: everything but
+/// new messages (whose senders were told it failed). Acknowledgements above
+/// all: they took effect in memory, and must not come back after a restart.
+enum Pending {
+    Op(Op),
+    DeleteRange(MessageKey, MessageKey),
+}
+
+/// After a failed write RocksDB refuses every later one (its background
+/// error) until it is reopened. Until then the writer writes nothing:
+/// new messages are refused, every other change waits here, and once the
+/// disk has room again the writer reopens the database and writes them.
+pub(super) struct Failed {
+    active: bool,
+    pending: Vec<Pending>,
+    /// The current commit's changes other than new messages, kept in case
+    /// its write fails.
+    retained: Vec<Pending>,
+    next_attempt: Instant,
+    backoff: Duration,
+}
+
+/// How often a store that failed a write tries to write again, at first.
+const RETRY_FIRST: Duration = Duration::from_millis(250);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl Failed {
+    pub fn new(active: bool) -> Self {
+        Self {
+            active,
+            pending: Vec::new(),
+            retained: Vec::new(),
+            next_attempt: Instant::now(),
+            backoff: RETRY_FIRST,
+        }
+    }
+
+    fn retain(&mut self, op: &Op) {
+        let kept = match op {
+            Op::PutMessage { .. } | Op::PutScheduled { .. } => return,
+            Op::DeleteMessage { key } => Op::DeleteMessage { key: *key },
+            Op::DeleteScheduled { key } => Op::DeleteScheduled { key: *key },
+            Op::PutQueue { name, record } => Op::PutQueue {
+                name: name.clone(),
+                record: record.clone(),
+            },
+            Op::DeleteQueue { name } => Op::DeleteQueue { name: name.clone() },
+            Op::PurgeQueue { queue } => Op::PurgeQueue { queue: *queue },
+        };
+        self.retained.push(Pending::Op(kept));
     }
 }
 
@@ -253,7 +317,9 @@ impl Drop for Hold {
 }
 
 pub(super) struct Writer {
-    pub db: Arc<DB>,
+    pub database: Arc<Database>,
+    pub disk: Arc<DiskState>,
+    pub failed: Failed,
     pub policy: FsyncPolicy,
     pub max_batch: usize,
     pub idle_flush_after: Duration,
@@ -296,14 +362,20 @@ impl Writer {
         let mut dirty = false;
         let mut open = true;
         while open {
+            if self.failed.active {
+                self.try_recover(false);
+            }
             let held_until = self.held.next_due(&self.holding);
             let wait = match held_until {
+                // Look again soon whether space has returned.
+                _ if self.failed.active => Wait::Until(Instant::now() + RETRY_FIRST),
                 Some(until) => Wait::Until(until),
                 None if dirty => Wait::Until(Instant::now() + self.idle_flush_after),
                 None => Wait::Forever,
             };
             match inbox.take(&mut queued, self.max_batch, wait) {
                 Taken::Some => {}
+                Taken::Nothing if self.failed.active => continue,
                 // Quiet, and nothing kept back: give memory back.
                 Taken::Nothing if held_until.is_none() => {
                     self.release_memory();
@@ -335,8 +407,16 @@ impl Writer {
             for s in &queued {
                 releases.enqueue(s.ticket);
             }
+            let db = match self.database.get() {
+                Ok(db) if !self.failed.active => db,
+                _ => {
+                    self.refuse(&mut queued, &mut releases);
+                    releases.release(inbox.answers());
+                    continue;
+                }
+            };
             // On the way out nothing is kept back.
-            let commit = self.build(&mut queued, Instant::now(), open);
+            let commit = self.build(&db, &mut queued, Instant::now(), open);
             // Nothing left (every message of the batch already consumed): no
             // write and no fsync, there is nothing whose loss a crash could cause.
             let wrote = commit.batch.is_some();
@@ -346,12 +426,18 @@ impl Writer {
                     dirty = true;
                     let mut options = WriteOptions::default();
                     options.set_sync(self.policy != FsyncPolicy::Never);
-                    self.db.write_opt(batch, &options).map_err(|e| {
-                        tracing::error!(error = %e, "store write failed");
-                        Arc::new(StoreError::Rocks(e))
+                    db.write_opt(batch, &options).map_err(|e| {
+                        tracing::error!(error = %e, "store write failed; new messages are refused until the disk has room");
+                        Arc::new(write_error(e))
                     })
                 }
             };
+            drop(db);
+            if result.is_err() {
+                self.enter_failed(&mut releases);
+            } else {
+                self.failed.retained.clear();
+            }
             for ticket in commit.settles {
                 releases.resolve(ticket, result.clone());
             }
@@ -363,9 +449,114 @@ impl Writer {
                 std::thread::sleep(self.holding.gather_pause());
             }
         }
+        if self.failed.active {
+            // A last chance for acknowledgements given while the disk was full.
+            self.try_recover(true);
+        }
         if let Some(flush) = self.idle_flush.take() {
             let _ = flush.join();
         }
+    }
+
+    /// A write failed: RocksDB now refuses every write until reopened. Keep
+    /// the failed commit's changes other than new messages for later, and
+    /// fail the messages kept back for their acknowledgements.
+    fn enter_failed(&mut self, releases: &mut Releases) {
+        self.failed.active = true;
+        self.failed.backoff = RETRY_FIRST;
+        self.failed.next_attempt = Instant::now() + RETRY_FIRST;
+        self.disk.set_write_failed(true);
+        let retained = std::mem::take(&mut self.failed.retained);
+        self.failed.pending.extend(retained);
+        let refused = Arc::new(StoreError::DiskFull(DiskRefusal::WriteFailed));
+        self.held
+            .take(&self.holding, Instant::now(), true, |_, put, _| {
+                releases.resolve(put.ticket, Err(refused.clone()))
+            });
+    }
+
+    /// While a write has failed: refuse submissions that store messages;
+    /// take every other change in memory (it is written once space returns)
+    /// and confirm it, so an acknowledgement still takes effect.
+    fn refuse(&mut self, queued: &mut Vec<Submission>, releases: &mut Releases) {
+        let refused = Arc::new(StoreError::DiskFull(DiskRefusal::WriteFailed));
+        for submission in queued.drain(..) {
+            if submission.ops.puts_message() {
+                releases.resolve(submission.ticket, Err(refused.clone()));
+                continue;
+            }
+            match submission.ops {
+                OpList::One(op) => self.failed.pending.push(Pending::Op(op)),
+                OpList::Many(ops) => self.failed.pending.extend(ops.into_iter().map(Pending::Op)),
+            }
+            releases.resolve(submission.ticket, Ok(()));
+        }
+    }
+
+    /// Once the disk has room: reopen the database, write what waited, and
+    /// take new messages again. `now` skips the back-off (closing).
+    fn try_recover(&mut self, now: bool) {
+        let started = Instant::now();
+        if !now && (started < self.failed.next_attempt || !self.disk.space_returned()) {
+            return;
+        }
+        self.failed.next_attempt = started + self.failed.backoff;
+        self.failed.backoff = (self.failed.backoff * 2).min(RETRY_MAX);
+        // The idle flush holds the database open.
+        if let Some(flush) = self.idle_flush.take() {
+            let _ = flush.join();
+        }
+        match self.database.reopen() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot reopen the store");
+                return;
+            }
+        }
+        match self.write_pending() {
+            Ok(written) => {
+                tracing::info!(
+                    written,
+                    "the store writes again: durable messages are accepted"
+                );
+                self.failed.active = false;
+                self.failed.backoff = RETRY_FIRST;
+                self.disk.set_write_failed(false);
+            }
+            Err(e) => tracing::warn!(error = %e, "store still cannot write"),
+        }
+    }
+
+    /// Writes the changes kept while writes failed, in order, in one batch.
+    fn write_pending(&mut self) -> Result<usize, StoreError> {
+        let db = self.database.get()?;
+        let mut batch = WriteBatch::default();
+        let pending = std::mem::take(&mut self.failed.pending);
+        let count = pending.len();
+        let mut kept = Vec::with_capacity(count);
+        for change in pending {
+            match change {
+                // `apply` keeps it again, in case this write fails too.
+                Pending::Op(op) => self.apply(&db, &mut batch, op),
+                Pending::DeleteRange(from, to) => {
+                    if let Some(cf) = db.cf_handle(CF_MESSAGES) {
+                        batch.delete_range_cf(cf, from.encode(), to.encode());
+                    }
+                    self.failed.retained.push(Pending::DeleteRange(from, to));
+                }
+            }
+        }
+        kept.append(&mut self.failed.retained);
+        let mut options = WriteOptions::default();
+        options.set_sync(self.policy != FsyncPolicy::Never);
+        if let Err(e) = db.write_opt(batch, &options) {
+            // Nothing of it is written (a batch is atomic): keep it all.
+            self.failed.pending = kept;
+            self.disk.set_write_failed(true);
+            return Err(e.into());
+        }
+        Ok(count)
     }
 
     /// The broker went quiet: flush the memtables (a burst of persistent or
@@ -377,7 +568,9 @@ impl Writer {
         if self.idle_flush.as_ref().is_some_and(|f| !f.is_finished()) {
             return;
         }
-        let db = self.db.clone();
+        let Ok(db) = self.database.get() else {
+            return;
+        };
         let spawned = std::thread::Builder::new()
             .name("weir-store-idle".into())
             .spawn(move || {
@@ -408,7 +601,13 @@ impl Writer {
     /// New messages of queues whose consumers keep up are kept back in `held`
     /// (`may_hold`; see `holding`). A commit that purges or deletes a queue
     /// writes every held message first: they must not cross it.
-    fn build(&mut self, queued: &mut Vec<Submission>, now: Instant, may_hold: bool) -> Commit {
+    fn build(
+        &mut self,
+        db: &DB,
+        queued: &mut Vec<Submission>,
+        now: Instant,
+        may_hold: bool,
+    ) -> Commit {
         let count: usize = queued.iter().map(Submission::op_count).sum();
         let mut ops: Vec<Op> = Vec::with_capacity(count);
         // Per op, the submission it came in.
@@ -458,6 +657,7 @@ impl Writer {
             outcome(&mut outcomes, key.queue).2 += usize::from(late);
             settles.push(put.ticket);
             self.apply(
+                db,
                 &mut batch,
                 Op::PutMessage {
                     key,
@@ -517,15 +717,16 @@ impl Writer {
                     self.held.keep(key, HeldPut { record, ticket }, now);
                 }
                 op if !elided => {
-                    self.apply(&mut batch, op);
+                    self.apply(db, &mut batch, op);
                     any = true;
                 }
                 _ => {}
             }
         }
-        if let Some(cf) = self.db.cf_handle(CF_MESSAGES) {
+        if let Some(cf) = db.cf_handle(CF_MESSAGES) {
             for (from, to) in ranges {
                 batch.delete_range_cf(cf, from.encode(), to.encode());
+                self.failed.retained.push(Pending::DeleteRange(from, to));
                 any = true;
             }
         }
@@ -542,8 +743,9 @@ impl Writer {
         }
     }
 
-    fn apply(&mut self, batch: &mut WriteBatch, op: Op) {
-        let cf = |name| self.db.cf_handle(name);
+    fn apply(&mut self, db: &DB, batch: &mut WriteBatch, op: Op) {
+        self.failed.retain(&op);
+        let cf = |name| db.cf_handle(name);
         match op {
             Op::PutMessage { key, record, .. } => {
                 if let Some(cf) = cf(CF_MESSAGES) {
@@ -590,6 +792,16 @@ impl Writer {
                 }
             }
         }
+    }
+}
+
+/// A full disk is named as such to the senders of the failed commit (the
+/// same refusal later senders get); any other error as RocksDB put it.
+fn write_error(e: rocksdb::Error) -> StoreError {
+    if super::rocks::is_no_space(&e) {
+        StoreError::DiskFull(DiskRefusal::WriteFailed)
+    } else {
+        StoreError::Rocks(e)
     }
 }
 

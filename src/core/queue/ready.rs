@@ -142,7 +142,11 @@ impl ReadySet {
 
     /// The best message for a consumer among those `wanted` accepts (a
     /// selector, or not one the consumer declared undeliverable): a scan.
-    pub fn pick_where(&self, consumer: ConsumerId, wanted: impl Fn(&Entry) -> bool) -> Option<Pick> {
+    pub fn pick_where(
+        &self,
+        consumer: ConsumerId,
+        wanted: impl Fn(&Entry) -> bool,
+    ) -> Option<Pick> {
         let ungrouped = self
             .ungrouped
             .iter()

@@ -902,7 +902,7 @@ fn refuse_in(cx: &mut Ctx, txn: Option<&Bytes>, why: String) {
 pub fn write_outcome(result: Result<(), CoreError>) -> DeliveryState {
     match result {
         Ok(()) => DeliveryState::Accepted,
-        Err(e) => rejected(condition::INTERNAL_ERROR, &e.to_string()),
+        Err(e) => rejected(core_condition(&e), &e.to_string()),
     }
 }
 
@@ -920,6 +920,8 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::DelayTooLong { .. } | CoreError::InvalidDelay(_) => condition::INVALID_FIELD,
         CoreError::UnknownDelivery(_) => condition::ILLEGAL_STATE,
         CoreError::ConsumerClosed => condition::ILLEGAL_STATE,
+        // A full disk is a limit the client can wait out, not the broker's fault.
+        CoreError::Store(_) if e.is_disk_full() => condition::RESOURCE_LIMIT_EXCEEDED,
         CoreError::Store(_) => condition::INTERNAL_ERROR,
         CoreError::ShuttingDown => condition::RESOURCE_DELETED,
     }
