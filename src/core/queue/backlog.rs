@@ -177,6 +177,79 @@ impl Backlog {
         }
     }
 
+    /// Takes one sequence out of a lane's runs (a consumer with a selector
+    /// read it past older ones it cannot take). Returns whether it was there.
+    pub fn remove(&mut self, lane: &LaneKey, seq: u64) -> bool {
+        let Some(disk) = self.lanes.get_mut(lane) else {
+            return false;
+        };
+        let at = disk.runs.partition_point(|r| r.end() <= seq);
+        let Some(run) = disk.runs.get(at).copied() else {
+            return false;
+        };
+        if seq < run.start {
+            return false;
+        }
+        let old_first = disk.first();
+        self.runs.remove(&run.start);
+        let before = Run {
+            start: run.start,
+            len: seq - run.start,
+        };
+        let after = Run {
+            start: seq + 1,
+            len: run.end() - seq - 1,
+        };
+        disk.runs.remove(at);
+        for piece in [after, before] {
+            if piece.len > 0 {
+                disk.runs.insert(at, piece);
+                self.runs.insert(piece.start, piece.len);
+            }
+        }
+        self.count -= 1;
+        let owner = disk.owner;
+        let new_first = disk.first();
+        let empty = disk.runs.is_empty();
+        if empty || new_first != old_first {
+            self.remove_from_set(owner, &(old_first, lane.clone()));
+            if empty {
+                self.lanes.remove(lane);
+            } else {
+                self.set_of(owner).insert((new_first, lane.clone()));
+            }
+        }
+        true
+    }
+
+    /// The ungrouped messages' runs on disk, oldest first.
+    pub fn runs_of(&self, lane: &LaneKey) -> impl Iterator<Item = Run> + '_ {
+        self.lanes.get(lane).into_iter().flat_map(|d| d.runs.iter().copied())
+    }
+
+    /// Every sequence on disk above `after`, in order.
+    pub fn seqs_after(&self, after: u64) -> impl Iterator<Item = u64> + '_ {
+        let first_run = self
+            .runs
+            .range(..=after)
+            .next_back()
+            .filter(|(start, len)| after < *start + *len)
+            .map(|(start, len)| (*start, *len));
+        first_run
+            .into_iter()
+            .chain(self.runs.range(after + 1..).map(|(s, l)| (*s, *l)))
+            .flat_map(move |(start, len)| (start.max(after + 1))..start + len)
+    }
+
+    /// Lanes with messages on disk that `consumer` may take: ungrouped,
+    /// unbound groups, and its own.
+    pub fn lanes_for(&self, consumer: ConsumerId) -> impl Iterator<Item = &LaneKey> + '_ {
+        self.unowned
+            .iter()
+            .chain(self.owned.get(&consumer).into_iter().flatten())
+            .map(|(_, lane)| lane)
+    }
+
     /// Whether `seq` waits on disk.
     pub fn contains(&self, seq: u64) -> bool {
         self.runs
@@ -263,6 +336,29 @@ mod tests {
         b.rebind(&Arc::from("g"), None);
         assert_eq!(b.next_lane(Some(2), |_| false), Some(lane("g")));
         assert_eq!(b.next_lane(Some(2), |l| l.is_some()), Some(None));
+    }
+
+    #[test]
+    fn a_sequence_taken_from_the_middle_splits_its_run() {
+        let mut b = Backlog::default();
+        for seq in 1..=5 {
+            b.push(None, seq, None);
+        }
+        assert!(b.remove(&None, 3));
+        assert!(!b.remove(&None, 3));
+        assert_eq!(
+            b.runs_of(&None).collect::<Vec<_>>(),
+            [Run { start: 1, len: 2 }, Run { start: 4, len: 2 }]
+        );
+        assert!(!b.contains(3) && b.contains(4));
+        assert!(b.remove(&None, 1));
+        assert_eq!(b.next_lane(None, |_| false), Some(None));
+        assert_eq!(b.front(&None), Some(Run { start: 2, len: 1 }));
+        for seq in [2, 4, 5] {
+            assert!(b.remove(&None, seq));
+        }
+        assert!(b.is_empty() && !b.has_lane(&None));
+        assert_eq!(b.next_lane(None, |_| false), None);
     }
 
     #[test]

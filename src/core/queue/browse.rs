@@ -88,8 +88,19 @@ impl Queue {
                         if records.len() == DISK_PAGE {
                             limit = records.last().map_or(u64::MAX, |(seq, _)| *seq);
                         }
+                        // A paged message the writer has not stored yet must
+                        // not be passed: stop before the first one missing.
+                        let mut read = records.iter().map(|(seq, _)| *seq).filter(|seq| st.backlog.contains(*seq));
+                        if let Some(missing) = st
+                            .backlog
+                            .seqs_after(from)
+                            .take_while(|seq| *seq <= limit)
+                            .find(|seq| read.next() != Some(*seq))
+                        {
+                            limit = limit.min(missing - 1);
+                        }
                         for (seq, record) in records {
-                            if !st.backlog.contains(seq) {
+                            if seq > limit || !st.backlog.contains(seq) {
                                 continue; // in memory, in flight, or settled
                             }
                             match persist::decode(record) {

@@ -15,6 +15,9 @@ pub struct Slot {
     pub filter: Option<Arc<dyn MessageFilter>>,
     /// Set for a browser: where it is in the queue.
     pub browse: Option<BrowseCursor>,
+    /// With a filter: ungrouped messages on disk below this sequence were
+    /// read and did not match it.
+    pub scanned_to: u64,
 }
 
 impl Slot {
@@ -152,6 +155,7 @@ mod tests {
             priority,
             filter: None,
             browse: None,
+            scanned_to: 0,
         }
     }
 

@@ -7,7 +7,7 @@ use super::backlog::LaneKey;
 use super::effects::AfterUnlock;
 use super::ready::{Entry, Pick};
 use super::{Diversion, InFlight, Queue, State};
-use crate::core::consumer::{ConsumerId, Delivery};
+use crate::core::consumer::{ConsumerId, Delivery, MessageFilter};
 use crate::core::message::{now_ms, Message};
 use crate::core::persist;
 use crate::store::{Completion, MessageKey, Op, Record};
@@ -164,6 +164,8 @@ impl Queue {
         let mut starved = std::mem::take(&mut st.starved);
         starved.clear();
         starved.resize(st.consumers.len(), false);
+        // Expired group heads were looked for this pass.
+        let mut swept = false;
         // Consumers that met a message they declared undeliverable this pass.
         let mut looked_past: Option<Vec<bool>> = None;
         loop {
@@ -189,8 +191,23 @@ impl Queue {
                 // Reading again and again ends: each read either feeds this
                 // consumer (its credit runs out) or stays in memory (up to
                 // the ceiling), and the backlog only shrinks.
-                if !st.backlog.is_empty() && self.read_for(st, consumer, after) > 0 {
+                if !st.backlog.is_empty()
+                    && (self.read_for(st, consumer, after) > 0 || self.scan_for(st, index, after) > 0)
+                {
                     continue;
+                }
+                if !swept && st.consumers.slots()[index].filter.is_some() {
+                    // Its selector may pass over an expired group head that
+                    // nobody takes, and so never meet expiry: drop those.
+                    swept = true;
+                    let dropped = st.ready.drop_expired_heads(*now.get_or_insert_with(now_ms));
+                    if !dropped.is_empty() {
+                        for entry in dropped {
+                            self.forget(&entry);
+                            after.diverted.push((entry.message, Diversion::Expired));
+                        }
+                        continue;
+                    }
                 }
                 starved[index] = true;
                 continue;
@@ -345,6 +362,130 @@ impl Queue {
         let half = (self.settings.max_memory_messages / 2).max(1);
         let want = credit.clamp(1, half).min(ceiling - st.ready.len());
         self.page_in(st, &lane, want, after)
+    }
+
+    /// A consumer with a selector found nothing in memory, and reading lanes
+    /// in order stopped at the memory ceiling (what it read did not match):
+    /// look further along the ungrouped messages on disk for ones it can
+    /// take, a bounded number per pass, remembering how far it looked.
+    /// Returns how many it found (read into memory, up to its credit).
+    fn scan_for(&self, st: &mut State, index: usize, after: &mut AfterUnlock) -> usize {
+        const SCAN: usize = 256;
+        let slot = &st.consumers.slots()[index];
+        let Some(filter) = slot.filter.clone() else {
+            return 0;
+        };
+        let credit = slot.credit as usize;
+        let from = slot.scanned_to;
+        let consumer = slot.id;
+        let heads = self.scan_heads_for(st, consumer, filter.as_ref(), after);
+        if heads > 0 {
+            return heads;
+        }
+        let Some(last) = st.backlog.runs_of(&None).last().map(|r| r.end()) else {
+            return 0;
+        };
+        let Some(start) = st
+            .backlog
+            .runs_of(&None)
+            .find(|r| r.end() > from)
+            .map(|r| r.start.max(from))
+        else {
+            return 0;
+        };
+        let records = match self.store.scan_message_range(self.id, start..last, SCAN) {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                return 0;
+            }
+        };
+        let mut scanned_to = from;
+        let mut found = 0;
+        for (seq, record) in records.iter().cloned() {
+            if found == credit {
+                break;
+            }
+            scanned_to = seq + 1;
+            // Only the ungrouped messages waiting on disk (the range holds
+            // others: in memory, in flight, of groups).
+            if !st.backlog.contains(seq) {
+                continue;
+            }
+            let Ok(stored) = persist::decode(record) else {
+                continue;
+            };
+            let lane = stored.message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+            if lane.is_some() || !filter.matches(&stored.message) {
+                continue;
+            }
+            st.backlog.remove(&None, seq);
+            st.ready.push(
+                Entry {
+                    seq,
+                    message: Arc::new(stored.message),
+                    delivery_count: stored.delivery_count,
+                    persisted: true,
+                    lane: None,
+                    avoid: None,
+                },
+                None,
+            );
+            found += 1;
+        }
+        if records.len() == SCAN && found < credit {
+            // More to look at: carry on shortly rather than hold the lock.
+            after.retry_page_in |= !st.backlog.retry_scheduled;
+            st.backlog.retry_scheduled = true;
+        }
+        st.consumers.slots_mut()[index].scanned_to = scanned_to;
+        found
+    }
+
+    /// [`Queue::scan_for`] among groups: the first group on disk (unbound, or
+    /// the consumer's own) whose next message, nothing of it being in memory,
+    /// matches the consumer's filter is read in.
+    fn scan_heads_for(
+        &self,
+        st: &mut State,
+        consumer: ConsumerId,
+        filter: &dyn MessageFilter,
+        after: &mut AfterUnlock,
+    ) -> usize {
+        const HEADS: usize = 64;
+        let lanes: Vec<(Arc<str>, u64)> = st
+            .backlog
+            .lanes_for(consumer)
+            .filter_map(|lane| lane.clone())
+            .filter(|lane| !st.ready.has_lane(lane) && !st.ready.is_held(lane))
+            .filter_map(|lane| st.backlog.front(&Some(lane.clone())).map(|r| (lane, r.start)))
+            .take(HEADS)
+            .collect();
+        for (lane, seq) in lanes {
+            let record = match self.store.scan_message_range(self.id, seq..seq + 1, 1) {
+                Ok(mut records) => match records.pop() {
+                    Some((_, record)) => record,
+                    None => {
+                        // Not written yet: look again shortly.
+                        after.retry_page_in |= !st.backlog.retry_scheduled;
+                        st.backlog.retry_scheduled = true;
+                        continue;
+                    }
+                },
+                Err(e) => {
+                    tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                    return 0;
+                }
+            };
+            let Ok(stored) = persist::decode(record) else {
+                continue;
+            };
+            if filter.matches(&stored.message) {
+                let lane = Some(lane);
+                return self.page_in(st, &lane, 1, after);
+            }
+        }
+        0
     }
 
     /// Reads up to `want` messages of `lane` back from disk into memory.

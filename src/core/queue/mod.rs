@@ -312,19 +312,20 @@ impl Queue {
     /// How many due messages the delay schedule may move in now: it holds
     /// them in memory already, and a queue past its memory limit would write
     /// them to disk only to read them back. Unlimited without consumers
-    /// (nothing would make room); while paging, as many as its consumers can
-    /// take right now; otherwise up to half the memory limit, where producer
-    /// flow control starts.
+    /// (nothing would make room), while paging (they would page behind the
+    /// rest anyway) and while a browser looks (it must see them); otherwise up
+    /// to half the memory limit, where producer flow control starts, and
+    /// always as many as consumers can take right now (what waits in memory
+    /// may be nothing they can take).
     pub fn room_for_due(&self) -> usize {
         let st = self.state.lock();
-        if st.consumers.active() == 0 {
+        let browsing = st.consumers.len() != st.consumers.active();
+        if st.consumers.active() == 0 || !st.backlog.is_empty() || browsing {
             return usize::MAX;
         }
         let half = self.settings.max_memory_messages / 2;
-        if !st.backlog.is_empty() {
-            return st.consumers.idle_credit().min(half.max(1));
-        }
-        half.saturating_sub(st.ready.len())
+        let takers = st.consumers.idle_credit().min(half.max(1));
+        half.saturating_sub(st.ready.len()).max(takers)
     }
 
     fn write(&self, first: Option<Op>, second: Option<Op>) -> Completion {
@@ -397,6 +398,7 @@ impl Queue {
                     priority: options.priority,
                     filter: options.filter,
                     browse,
+                    scanned_to: 0,
                 },
                 self.settings.exclusive,
             );

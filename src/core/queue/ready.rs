@@ -255,6 +255,56 @@ impl ReadySet {
             .filter(move |e| e.seq > after)
     }
 
+    /// Removes the expired messages at the heads of group lanes: a consumer
+    /// whose selector passes over such a head would otherwise never reach the
+    /// group's next message, and nobody else may take it.
+    pub fn drop_expired_heads(&mut self, now_ms: u64) -> Vec<Entry> {
+        let expired = |e: &Entry| e.message.expires_at.is_some() && e.message.is_expired_at(now_ms);
+        let lanes: Vec<Arc<str>> = self
+            .lanes
+            .iter()
+            .filter(|(lane, entries)| {
+                !self.is_held(lane) && entries.front().is_some_and(expired)
+            })
+            .map(|(lane, _)| lane.clone())
+            .collect();
+        let mut dropped = Vec::new();
+        for lane in lanes {
+            let Some(old) = self.lane_head_key(&lane) else {
+                continue;
+            };
+            let item = (old, lane.clone());
+            let owner = if self.unbound_heads.contains(&item) {
+                None
+            } else {
+                self.owned_heads
+                    .iter()
+                    .find(|(_, heads)| heads.contains(&item))
+                    .map(|(owner, _)| *owner)
+            };
+            let Some(entries) = self.lanes.get_mut(&lane) else {
+                continue;
+            };
+            while entries.front().is_some_and(expired) {
+                if let Some(entry) = entries.pop_front() {
+                    self.len -= 1;
+                    self.bytes = self.bytes.saturating_sub(entry.message.weight());
+                    dropped.push(entry);
+                }
+            }
+            let next = entries.front().map(key_of);
+            if next.is_none() {
+                self.lanes.remove(&lane);
+            }
+            let heads = self.heads_mut(owner);
+            heads.remove(&item);
+            if let Some(next) = next {
+                heads.insert((next, lane));
+            }
+        }
+        dropped
+    }
+
     /// Removes every waiting message (queue deletion, purge).
     pub fn drain_all(&mut self) -> Vec<Entry> {
         let mut out: Vec<Entry> = self.ungrouped.drain().collect();
