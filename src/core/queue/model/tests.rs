@@ -451,3 +451,45 @@ fn a_message_no_consumer_selects_does_not_hold_back_paged_ones() {
     // m0 fills memory and nobody selects it; m1, paged, is c1's.
     holds(&case, &[colored(2), picky, colored(1)]);
 }
+
+#[test]
+fn an_expired_message_does_not_hold_back_its_group() {
+    let short_lived = Op::Send(SendOp {
+        group: Some(0),
+        closes_group: false,
+        delay_ms: None,
+        ttl_ms: Some(5),
+        priority: 4,
+        durable: false,
+        color: 0,
+    });
+    let next_of_group = Op::Send(SendOp {
+        group: Some(0),
+        closes_group: false,
+        delay_ms: None,
+        ttl_ms: None,
+        priority: 4,
+        durable: false,
+        color: 2,
+    });
+    let picky = Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Window(1),
+            priority: 0,
+            selector: Some(2),
+            browser: false,
+        },
+    };
+    // m0 comes back from c2 and expires; c1 (which selects only m1) must
+    // get m1, the group's next available message.
+    let ops = [
+        picky,
+        consumer(1, 0),
+        short_lived,
+        Op::Close { consumer: 1 },
+        Op::Advance { ms: 10 },
+        next_of_group,
+    ];
+    holds(&plain(), &ops);
+}
