@@ -39,19 +39,15 @@ const QUIET_ROUNDS: u32 = 3;
 /// A queue still delivering after this many rounds never settles.
 const MAX_ROUNDS: u32 = 2_000;
 
-/// `delay_before_dispatch` as the core's settings spell it. Today a
-/// `Duration` where zero means "no time limit" (so "do not wait" cannot be
-/// said); once it is `Option<Duration>` (None = no limit), this becomes `d`.
-fn delay_before_dispatch(d: Option<Duration>) -> Duration {
-    d.unwrap_or(Duration::ZERO)
-}
-
 pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
     QueueSettings {
         max_memory_messages: case.max_memory_messages,
         exclusive: case.exclusive,
         consumers_before_dispatch: case.consumers_before_dispatch,
-        delay_before_dispatch: delay_before_dispatch(case.delay_before_dispatch),
+        // Today a Duration where zero means "no time limit" (so "do not wait"
+        // cannot be said). Once it is Option<Duration>, this line becomes
+        // `delay_before_dispatch: case.delay_before_dispatch,`.
+        delay_before_dispatch: case.delay_before_dispatch.unwrap_or(Duration::ZERO),
         redelivery_delay: case.redelivery_delay,
         max_delivery_attempts: case.max_delivery_attempts,
         group_buckets: case.group_buckets,

@@ -1,5 +1,8 @@
-//! The reference model of one queue: /work/spec/queue-semantics.md written as
-//! plain bookkeeping over every message and consumer, slow and direct.
+//! The reference model of one queue: the queue semantics (the spec the queue
+//! rewrite implements, numbered 1-10 there: dispatch, paging, returns, owners
+//! leaving, selectors and groups, exclusive, dispatch gates, browsers,
+//! expiry, restart) written as plain bookkeeping over every message and
+//! consumer, slow and direct.
 //!
 //! It does not pick who gets what. The real queue decides (round robin,
 //! priorities across pages are its own business); the model is told each
@@ -781,7 +784,7 @@ impl Model {
             }
         }
         self.check_head_of_line(idle_from, now)?;
-        self.check_browsers(idle_from, now)
+        self.check_browsers(now)
     }
 
     /// Surely available all through `idle_from..=now`.
@@ -849,7 +852,7 @@ impl Model {
         Ok(())
     }
 
-    fn check_browsers(&self, idle_from: Ms, now: Ms) -> Check {
+    fn check_browsers(&self, now: Ms) -> Check {
         for (cid, b) in self.consumers.iter().filter(|(_, c)| c.spec.browser) {
             for (id, m) in self.msgs.iter().enumerate() {
                 // Owed: in the queue, available, since before the browser came.
@@ -880,7 +883,6 @@ impl Model {
                 }
             }
         }
-        let _ = idle_from;
         Ok(())
     }
 
