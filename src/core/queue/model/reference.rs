@@ -36,6 +36,11 @@ pub const EPS: Ms = 2;
 /// its consequence to be owed (timer rounds, the schedule's poll, a retry).
 pub const SLACK: Ms = 3;
 
+/// How late the delay schedule may move a due message into its queue (its
+/// timer, a page of its window read back from disk). A send within this of a
+/// delayed message's due time is not ordered against it.
+pub const DUE_LATENESS: Ms = 10;
+
 /// The invariants the model checks; a violation names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Invariant {
@@ -318,7 +323,7 @@ impl Model {
         let arrival = match sent.due {
             Some(due) => Arrival {
                 lo: due,
-                hi: due,
+                hi: due + DUE_LATENESS,
                 order: None,
             },
             None => {
