@@ -493,3 +493,42 @@ fn an_expired_message_does_not_hold_back_its_group() {
     ];
     holds(&plain(), &ops);
 }
+
+#[test]
+fn a_group_its_last_message_unbinds_goes_to_a_consumer_passed_over_in_that_pass() {
+    // c1 holds m1 and the closing m2 of G0; m3 waits for G0's owner. When
+    // c1 NACKs m2 it is redelivered to c1 and unbinds G0: c2, which the same
+    // dispatch pass had already found with nothing to take, must get m3.
+    let case = CaseSettings {
+        group_buckets: 2,
+        ..plain()
+    };
+    let closing = Op::Send(SendOp {
+        group: Some(0),
+        closes_group: true,
+        delay_ms: None,
+        ttl_ms: None,
+        priority: 4,
+        durable: false,
+        color: 0,
+    });
+    let s = |pick, how| Op::Settle {
+        consumer: 0,
+        pick,
+        how,
+    };
+    let ops = [
+        send(None),
+        send(Some(0)),
+        consumer(2, 0),
+        closing,
+        s(30, SettleOp::Ack),
+        s(152, SettleOp::Nack),
+        s(126, SettleOp::Nack),
+        s(50, SettleOp::Nack),
+        consumer(1, 0),
+        send(Some(0)),
+        s(62, SettleOp::Nack),
+    ];
+    holds(&case, &ops);
+}
