@@ -224,7 +224,10 @@ impl Backlog {
 
     /// The ungrouped messages' runs on disk, oldest first.
     pub fn runs_of(&self, lane: &LaneKey) -> impl Iterator<Item = Run> + '_ {
-        self.lanes.get(lane).into_iter().flat_map(|d| d.runs.iter().copied())
+        self.lanes
+            .get(lane)
+            .into_iter()
+            .flat_map(|d| d.runs.iter().copied())
     }
 
     /// Every sequence on disk above `after`, in order.

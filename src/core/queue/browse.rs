@@ -90,7 +90,10 @@ impl Queue {
                         }
                         // A paged message the writer has not stored yet must
                         // not be passed: stop before the first one missing.
-                        let mut read = records.iter().map(|(seq, _)| *seq).filter(|seq| st.backlog.contains(*seq));
+                        let mut read = records
+                            .iter()
+                            .map(|(seq, _)| *seq)
+                            .filter(|seq| st.backlog.contains(*seq));
                         if let Some(missing) = st
                             .backlog
                             .seqs_after(from)

@@ -192,7 +192,8 @@ impl Queue {
                 // consumer (its credit runs out) or stays in memory (up to
                 // the ceiling), and the backlog only shrinks.
                 if !st.backlog.is_empty()
-                    && (self.read_for(st, consumer, after) > 0 || self.scan_for(st, index, after) > 0)
+                    && (self.read_for(st, consumer, after) > 0
+                        || self.scan_for(st, index, after) > 0)
                 {
                     continue;
                 }
@@ -415,7 +416,11 @@ impl Queue {
             let Ok(stored) = persist::decode(record) else {
                 continue;
             };
-            let lane = stored.message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
+            let lane = stored
+                .message
+                .group_id
+                .as_ref()
+                .and_then(|g| st.groups.lane_of(g));
             if lane.is_some() || !filter.matches(&stored.message) {
                 continue;
             }
@@ -433,8 +438,9 @@ impl Queue {
             );
             found += 1;
         }
-        if records.len() == SCAN && found < credit {
-            // More to look at: carry on shortly rather than hold the lock.
+        // Stopped short (the scan's limit, or messages the writer has not
+        // stored yet): carry on shortly rather than hold the lock.
+        if found < credit && scanned_to < last {
             after.retry_page_in |= !st.backlog.retry_scheduled;
             st.backlog.retry_scheduled = true;
         }
@@ -458,7 +464,11 @@ impl Queue {
             .lanes_for(consumer)
             .filter_map(|lane| lane.clone())
             .filter(|lane| !st.ready.has_lane(lane) && !st.ready.is_held(lane))
-            .filter_map(|lane| st.backlog.front(&Some(lane.clone())).map(|r| (lane, r.start)))
+            .filter_map(|lane| {
+                st.backlog
+                    .front(&Some(lane.clone()))
+                    .map(|r| (lane, r.start))
+            })
             .take(HEADS)
             .collect();
         for (lane, seq) in lanes {

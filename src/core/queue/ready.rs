@@ -263,9 +263,7 @@ impl ReadySet {
         let lanes: Vec<Arc<str>> = self
             .lanes
             .iter()
-            .filter(|(lane, entries)| {
-                !self.is_held(lane) && entries.front().is_some_and(expired)
-            })
+            .filter(|(lane, entries)| !self.is_held(lane) && entries.front().is_some_and(expired))
             .map(|(lane, _)| lane.clone())
             .collect();
         let mut dropped = Vec::new();

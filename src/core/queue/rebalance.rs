@@ -40,18 +40,23 @@ impl State {
     /// AMQP undeliverable-here). While it still holds older messages of the
     /// group the group is paused, as a rebalance pauses it, so nobody gets a
     /// newer message before those are settled and back in their place.
+    /// Like a rebalance's pause, it waits for every message of the lane in
+    /// flight (a group closed by JMSXGroupSeq -1 and bound again may have
+    /// some with another consumer), since each settlement counts down.
     pub(super) fn move_group_from(&mut self, lane: &Arc<str>, consumer: ConsumerId) {
-        let held = self
+        let of_lane = |f: &&InFlight| f.entry.lane.as_ref() == Some(lane);
+        let holds_more = self
             .in_flight
             .values()
-            .filter(|f| f.consumer == consumer && f.entry.lane.as_ref() == Some(lane))
-            .count() as u32;
-        if held == 0 {
+            .filter(of_lane)
+            .any(|f| f.consumer == consumer);
+        if !holds_more {
             self.set_owner(lane, None);
-        } else {
-            self.set_owner(lane, Some(PAUSED));
-            *self.paused_in_flight.entry(lane.clone()).or_default() += held;
+            return;
         }
+        let outstanding = self.in_flight.values().filter(of_lane).count() as u32;
+        self.set_owner(lane, Some(PAUSED));
+        self.paused_in_flight.insert(lane.clone(), outstanding);
     }
 
     /// Frees a paused group whose last delivery in flight this was.

@@ -1,5 +1,8 @@
-//! The reference model of one queue: /work/spec/queue-semantics.md written as
-//! plain bookkeeping over every message and consumer, slow and direct.
+//! The reference model of one queue: the queue semantics (the spec the queue
+//! rewrite implements, numbered 1-10 there: dispatch, paging, returns, owners
+//! leaving, selectors and groups, exclusive, dispatch gates, browsers,
+//! expiry, restart) written as plain bookkeeping over every message and
+//! consumer, slow and direct.
 //!
 //! It does not pick who gets what. The real queue decides (round robin,
 //! priorities across pages are its own business); the model is told each
@@ -32,6 +35,13 @@ pub const EPS: Ms = 2;
 /// How long before the queue was seen idle a deadline must have passed for
 /// its consequence to be owed (timer rounds, the schedule's poll, a retry).
 pub const SLACK: Ms = 3;
+
+/// A delayed message joins its queue when it falls due, or later: the
+/// schedule holds a due message back while the queue's memory is taken by
+/// messages its consumers cannot take yet (it moves in once they can, which
+/// the head-of-line check holds it to). So it is ordered after every message
+/// sent before its due time, and against nothing sent after.
+pub const DUE_LATENESS: Ms = Ms::MAX;
 
 /// The invariants the model checks; a violation names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,7 +329,7 @@ impl Model {
         let arrival = match sent.due {
             Some(due) => Arrival {
                 lo: due,
-                hi: due,
+                hi: due.saturating_add(DUE_LATENESS),
                 order: None,
             },
             None => {
@@ -689,15 +699,14 @@ impl Model {
         }
     }
 
-    /// Whether a group taken by undeliverable-here still waits for its old
-    /// owner to settle the messages of it that it holds.
+    /// Whether a group taken by undeliverable-here still waits: its old owner
+    /// held more of it then, and messages of it are still in flight (with a
+    /// group closed by JMSXGroupSeq -1 and bound again, not only the owner's).
     fn lane_paused(&self, lane: &str) -> bool {
-        self.paused.get(lane).is_some_and(|cid| {
-            self.msgs.iter().any(|m| {
-                m.lane.as_deref() == Some(lane)
-                    && matches!(m.place, Place::InFlight { consumer, .. } if consumer == *cid)
+        self.paused.contains_key(lane)
+            && self.msgs.iter().any(|m| {
+                m.lane.as_deref() == Some(lane) && matches!(m.place, Place::InFlight { .. })
             })
-        })
     }
 
     /// A failed attempt (NACK, consumer close, connection drop).
@@ -812,7 +821,7 @@ impl Model {
             }
         }
         self.check_head_of_line(idle_from, now)?;
-        self.check_browsers(idle_from, now)
+        self.check_browsers(now)
     }
 
     /// Surely available all through `idle_from..=now`.
@@ -887,7 +896,7 @@ impl Model {
         Ok(())
     }
 
-    fn check_browsers(&self, idle_from: Ms, now: Ms) -> Check {
+    fn check_browsers(&self, now: Ms) -> Check {
         for (cid, b) in self.consumers.iter().filter(|(_, c)| c.spec.browser) {
             for (id, m) in self.msgs.iter().enumerate() {
                 // Owed: in the queue, available, since before the browser came.
@@ -918,7 +927,6 @@ impl Model {
                 }
             }
         }
-        let _ = idle_from;
         Ok(())
     }
 
