@@ -347,21 +347,25 @@ impl Queue {
     /// or its own), up to its credit, even past the memory limit: those leave
     /// memory again at once. Returns how many messages were read.
     fn read_for(&self, st: &mut State, consumer: ConsumerId, after: &mut AfterUnlock) -> usize {
+        let Some(slot) = st.consumers.slots().iter().find(|s| s.id == consumer) else {
+            return 0;
+        };
+        let (credit, filtered) = (slot.credit as usize, slot.filter.is_some());
+        // Without a filter a consumer takes what it reads at once (a lane
+        // read from disk is never one it refused), so its credit bounds the
+        // memory; with one, what it reads may not match: a ceiling bounds it.
         let ceiling = self.settings.max_memory_messages.max(1) * MEMORY_CEILING;
-        if st.ready.len() >= ceiling {
+        if filtered && st.ready.len() >= ceiling {
             return 0;
         }
         let Some(lane) = st.backlog.next_lane(Some(consumer), |l| is_held(st, l)) else {
             return 0;
         };
-        let credit = st
-            .consumers
-            .slots()
-            .iter()
-            .find(|s| s.id == consumer)
-            .map_or(0, |s| s.credit as usize);
         let half = (self.settings.max_memory_messages / 2).max(1);
-        let want = credit.clamp(1, half).min(ceiling - st.ready.len());
+        let mut want = credit.clamp(1, half);
+        if filtered {
+            want = want.min(ceiling - st.ready.len());
+        }
         self.page_in(st, &lane, want, after)
     }
 

@@ -576,3 +576,53 @@ fn a_group_its_last_message_unbinds_goes_to_a_consumer_passed_over_in_that_pass(
     ];
     holds(&case, &ops);
 }
+
+#[test]
+fn messages_a_consumer_refused_do_not_keep_it_from_the_disk() {
+    // Memory 1: what memory holds is a group's message c3 refused
+    // (undeliverable-here) and the group's next one; c3 may still take the
+    // ungrouped messages on disk, past the memory ceiling.
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        ..plain()
+    };
+    let colored = |group, color| {
+        let Op::Send(mut s) = send(group) else {
+            unreachable!()
+        };
+        s.color = color;
+        Op::Send(s)
+    };
+    let explicit = Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Explicit,
+            priority: 0,
+            selector: None,
+            browser: false,
+        },
+    };
+    let ops = [
+        send(None),
+        send(None),
+        colored(Some(2), 2),
+        send(None),
+        explicit,
+        send(None),
+        send(None),
+        consumer(2, 0),
+        consumer(1, 0),
+        send(Some(2)),
+        send(None),
+        Op::AddCredit {
+            consumer: 232,
+            credit: 2,
+        },
+        Op::Settle {
+            consumer: 105,
+            pick: 192,
+            how: SettleOp::NotHere,
+        },
+    ];
+    holds(&case, &ops);
+}
