@@ -31,6 +31,15 @@ impl Placed {
     }
 }
 
+/// What the disk head of a lane is to a consumer with a selector.
+enum Head {
+    Matches,
+    /// Expired: dropped; the lane has a new head.
+    Expired,
+    Other,
+    Failed,
+}
+
 /// Memory may hold this many times `max_memory_messages` when consumers read
 /// lanes from disk for themselves (their selectors may pass over what they read).
 const MEMORY_CEILING: usize = 2;
@@ -475,31 +484,76 @@ impl Queue {
             })
             .take(HEADS)
             .collect();
-        for (lane, seq) in lanes {
-            let record = match self.store.scan_message_range(self.id, seq..seq + 1, 1) {
-                Ok(mut records) => match records.pop() {
-                    Some((_, record)) => record,
-                    None => {
-                        // Not written yet: look again shortly.
-                        after.retry_page_in |= !st.backlog.retry_scheduled;
-                        st.backlog.retry_scheduled = true;
-                        continue;
-                    }
-                },
-                Err(e) => {
-                    tracing::error!(queue = %self.name, error = %e, "paging in failed");
-                    return 0;
+        let now = now_ms();
+        for (lane, first) in lanes {
+            let lane = Some(lane);
+            let mut seq = first;
+            // An expired head is dropped here (dispatch never meets it: it is
+            // on disk), and the next one looked at.
+            loop {
+                match self.head_matches(st, &lane, seq, filter, now, after) {
+                    Head::Matches => return self.page_in(st, &lane, 1, after),
+                    Head::Expired => match st.backlog.front(&lane) {
+                        Some(run) => seq = run.start,
+                        None => break,
+                    },
+                    Head::Other => break,
+                    Head::Failed => return 0,
                 }
-            };
-            let Ok(stored) = persist::decode(record) else {
-                continue;
-            };
-            if filter.matches(&stored.message) {
-                let lane = Some(lane);
-                return self.page_in(st, &lane, 1, after);
             }
         }
         0
+    }
+
+    /// Whether the message `seq` at the head of `lane` on disk matches
+    /// `filter`; an expired one is taken off the disk and diverted.
+    fn head_matches(
+        &self,
+        st: &mut State,
+        lane: &LaneKey,
+        seq: u64,
+        filter: &dyn MessageFilter,
+        now: u64,
+        after: &mut AfterUnlock,
+    ) -> Head {
+        let record = match self.store.scan_message_range(self.id, seq..seq + 1, 1) {
+            Ok(mut records) => match records.pop() {
+                Some((_, record)) => record,
+                None => {
+                    // Not written yet: look again shortly.
+                    after.retry_page_in |= !st.backlog.retry_scheduled;
+                    st.backlog.retry_scheduled = true;
+                    return Head::Other;
+                }
+            },
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                return Head::Failed;
+            }
+        };
+        let Ok(stored) = persist::decode(record) else {
+            return Head::Other;
+        };
+        let message = stored.message;
+        if message.expires_at.is_some() && message.is_expired_at(now) {
+            st.backlog.consumed(lane, 1);
+            let entry = Entry {
+                seq,
+                message: Arc::new(message),
+                delivery_count: stored.delivery_count,
+                persisted: true,
+                lane: lane.clone(),
+                avoid: None,
+            };
+            self.forget(&entry);
+            after.diverted.push((entry.message, Diversion::Expired));
+            return Head::Expired;
+        }
+        if filter.matches(&message) {
+            Head::Matches
+        } else {
+            Head::Other
+        }
     }
 
     /// Reads up to `want` messages of `lane` back from disk into memory.
