@@ -634,3 +634,45 @@ fn messages_a_consumer_refused_do_not_keep_it_from_the_disk() {
     ];
     holds(&case, &ops);
 }
+
+#[test]
+fn an_expired_group_head_on_disk_does_not_hide_the_group_from_a_selector() {
+    // Memory 1, buckets 2: c1 selects colour 0 and owns G0's bucket; G0's
+    // next message on disk expires (ttl 5) before c1 has credit again, and
+    // the one after it (colour 0) must still reach c1.
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        group_buckets: 2,
+        ..plain()
+    };
+    let with = |group: Option<u8>, color: i64, ttl_ms: Option<u64>| {
+        let Op::Send(mut s) = send(group) else {
+            unreachable!()
+        };
+        s.color = color;
+        s.ttl_ms = ttl_ms;
+        Op::Send(s)
+    };
+    let picky = Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Window(1),
+            priority: 0,
+            selector: Some(0),
+            browser: false,
+        },
+    };
+    let ops = [
+        with(None, 2, None),
+        picky,
+        with(Some(0), 0, None),
+        with(None, 2, None),
+        with(Some(0), 1, Some(5)),
+        with(Some(0), 0, None),
+        with(Some(0), 0, None),
+        with(None, 1, None),
+        Op::Advance { ms: 10 },
+        settle_first(SettleOp::Ack),
+    ];
+    holds(&case, &ops);
+}
