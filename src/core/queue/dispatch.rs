@@ -438,17 +438,7 @@ impl Queue {
                 continue;
             }
             st.backlog.remove(&None, seq);
-            st.ready.push(
-                Entry {
-                    seq,
-                    message: Arc::new(stored.message),
-                    delivery_count: stored.delivery_count,
-                    persisted: true,
-                    lane: None,
-                    avoid: None,
-                },
-                None,
-            );
+            st.ready.push(Entry::stored(seq, stored, None), None);
             found += 1;
         }
         // Stopped short (the scan's limit, or messages the writer has not
@@ -534,22 +524,14 @@ impl Queue {
         let Ok(stored) = persist::decode(record) else {
             return Head::Other;
         };
-        let message = stored.message;
-        if message.expires_at.is_some() && message.is_expired_at(now) {
+        if stored.message.expires_at.is_some() && stored.message.is_expired_at(now) {
             st.backlog.consumed(lane, 1);
-            let entry = Entry {
-                seq,
-                message: Arc::new(message),
-                delivery_count: stored.delivery_count,
-                persisted: true,
-                lane: lane.clone(),
-                avoid: None,
-            };
+            let entry = Entry::stored(seq, stored, lane.clone());
             self.forget(&entry);
             after.diverted.push((entry.message, Diversion::Expired));
             return Head::Expired;
         }
-        if filter.matches(&message) {
+        if filter.matches(&stored.message) {
             Head::Matches
         } else {
             Head::Other
@@ -596,17 +578,9 @@ impl Queue {
         let owner = st.owner_of(lane);
         for (seq, record) in records.into_iter().take(readable) {
             match persist::decode(record) {
-                Ok(stored) => st.ready.push(
-                    Entry {
-                        seq,
-                        message: Arc::new(stored.message),
-                        delivery_count: stored.delivery_count,
-                        persisted: true,
-                        lane: lane.clone(),
-                        avoid: None,
-                    },
-                    owner,
-                ),
+                Ok(stored) => st
+                    .ready
+                    .push(Entry::stored(seq, stored, lane.clone()), owner),
                 Err(e) => {
                     tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable paged message")
                 }

@@ -349,19 +349,12 @@ impl Queue {
         for (seq, record) in records {
             match persist::decode(record) {
                 Ok(stored) => {
-                    let message = Arc::new(stored.message);
-                    let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
-                    st.ready.push(
-                        Entry {
-                            seq,
-                            message,
-                            delivery_count: stored.delivery_count,
-                            persisted: true,
-                            lane,
-                            avoid: None,
-                        },
-                        None,
-                    );
+                    let lane = stored
+                        .message
+                        .group_id
+                        .as_ref()
+                        .and_then(|g| st.groups.lane_of(g));
+                    st.ready.push(Entry::stored(seq, stored, lane), None);
                 }
                 Err(e) => {
                     tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable stored message")

@@ -83,18 +83,9 @@ impl PriorityFifo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::message::Message;
-    use std::sync::Arc;
 
     fn entry(seq: u64) -> Entry {
-        Entry {
-            seq,
-            message: Arc::new(Message::default()),
-            delivery_count: 0,
-            persisted: false,
-            lane: None,
-            avoid: None,
-        }
+        Entry::plain(seq, 0)
     }
 
     fn taken_in_order(set: &mut PriorityFifo) -> Vec<Key> {

@@ -9,6 +9,7 @@ use super::priority_fifo::PriorityFifo;
 use crate::core::consumer::{ConsumerId, MessageFilter};
 use crate::core::fast_map::FastMap;
 use crate::core::message::Message;
+use crate::core::persist::StoredMessage;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -26,6 +27,34 @@ pub struct Entry {
     /// A consumer that declared it cannot take this message (AMQP
     /// undeliverable-here); it goes to any other.
     pub avoid: Option<ConsumerId>,
+}
+
+impl Entry {
+    /// A message read back from the store (paged, or found at start): it has
+    /// a record, so settling it deletes one.
+    pub fn stored(seq: u64, stored: StoredMessage, lane: Option<Arc<str>>) -> Self {
+        Entry {
+            seq,
+            message: Arc::new(stored.message),
+            delivery_count: stored.delivery_count,
+            persisted: true,
+            lane,
+            avoid: None,
+        }
+    }
+
+    /// An ungrouped message of normal priority, for tests.
+    #[cfg(test)]
+    pub fn plain(seq: u64, delivery_count: u32) -> Self {
+        Entry {
+            seq,
+            message: Arc::new(Message::default()),
+            delivery_count,
+            persisted: false,
+            lane: None,
+            avoid: None,
+        }
+    }
 }
 
 /// Higher priority first, then arrival.

@@ -61,19 +61,10 @@ pub fn delay_ms(settings: &QueueSettings, delivery_count: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::message::Message;
-    use std::sync::Arc;
     use std::time::Duration;
 
     fn entry(seq: u64) -> Entry {
-        Entry {
-            seq,
-            message: Arc::new(Message::default()),
-            delivery_count: 1,
-            persisted: false,
-            lane: None,
-            avoid: None,
-        }
+        Entry::plain(seq, 1)
     }
 
     #[test]

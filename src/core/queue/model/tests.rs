@@ -182,6 +182,15 @@ fn send(group: Option<u8>) -> Op {
     })
 }
 
+/// A send like [`send`] with some of its fields changed.
+fn send_with(group: Option<u8>, change: impl FnOnce(&mut SendOp)) -> Op {
+    let Op::Send(mut s) = send(group) else {
+        unreachable!("send builds a Send")
+    };
+    change(&mut s);
+    Op::Send(s)
+}
+
 fn consumer(window: u32, priority: i32) -> Op {
     Op::Subscribe {
         conn: 0,
@@ -421,19 +430,12 @@ fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
         group_buckets: 2,
         ..plain()
     };
-    let with = |group: Option<u8>, f: &dyn Fn(&mut SendOp)| {
-        let Op::Send(mut s) = send(group) else {
-            unreachable!()
-        };
-        f(&mut s);
-        Op::Send(s)
-    };
     for pick in 0..2 {
         let ops = [
             consumer(1, 0),
             send(None),
-            with(Some(2), &|s| s.ttl_ms = Some(40)),
-            with(None, &|s| {
+            send_with(Some(2), |s| s.ttl_ms = Some(40)),
+            send_with(None, |s| {
                 s.durable = true;
                 s.color = 1
             }),
@@ -442,7 +444,7 @@ fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
                 consumer: 0,
                 credit: 1,
             },
-            with(Some(2), &|s| {
+            send_with(Some(2), |s| {
                 s.closes_group = true;
                 s.color = 1
             }),
@@ -594,13 +596,7 @@ fn messages_a_consumer_refused_do_not_keep_it_from_the_disk() {
         max_memory_messages: 1,
         ..plain()
     };
-    let colored = |group, color| {
-        let Op::Send(mut s) = send(group) else {
-            unreachable!()
-        };
-        s.color = color;
-        Op::Send(s)
-    };
+    let colored = |group, color| send_with(group, |s| s.color = color);
     let explicit = Op::Subscribe {
         conn: 0,
         spec: ConsumerSpec {
@@ -645,13 +641,11 @@ fn an_expired_group_head_on_disk_does_not_hide_the_group_from_a_selector() {
         group_buckets: 2,
         ..plain()
     };
-    let with = |group: Option<u8>, color: i64, ttl_ms: Option<u64>| {
-        let Op::Send(mut s) = send(group) else {
-            unreachable!()
-        };
-        s.color = color;
-        s.ttl_ms = ttl_ms;
-        Op::Send(s)
+    let with = |group, color, ttl_ms| {
+        send_with(group, |s| {
+            s.color = color;
+            s.ttl_ms = ttl_ms
+        })
     };
     let picky = Op::Subscribe {
         conn: 0,
