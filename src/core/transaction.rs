@@ -125,10 +125,11 @@ impl Transaction {
 
     /// Puts every held delivery back for redelivery, as an abort does.
     fn roll_back(self) {
-        for s in self.settlements {
-            // Gone already when its consumer left: then it was returned then.
-            let _ = s.queue.release(s.consumer, s.seq, Release::Failed);
-        }
+        let releases = self
+            .settlements
+            .into_iter()
+            .map(|s| (s.queue, s.consumer, s.seq, Release::Failed));
+        release_together(releases);
     }
 }
 
@@ -295,6 +296,7 @@ impl<K: Hash + Eq> Transactions<K> {
             });
         }
         let mut acks: Vec<(Arc<Queue>, ConsumerId, Vec<u64>)> = Vec::new();
+        let mut releases = Vec::new();
         for s in txn.settlements {
             match s.how {
                 Settlement::Ack => match acks
@@ -304,11 +306,10 @@ impl<K: Hash + Eq> Transactions<K> {
                     Some((_, _, seqs)) => seqs.push(s.seq),
                     None => acks.push((s.queue, s.consumer, vec![s.seq])),
                 },
-                Settlement::Release(how) => {
-                    let _ = s.queue.release(s.consumer, s.seq, how);
-                }
+                Settlement::Release(how) => releases.push((s.queue, s.consumer, s.seq, how)),
             }
         }
+        release_together(releases);
         for (queue, consumer, seqs) in acks {
             match queue.ack(consumer, &seqs) {
                 Ok(receipt) => receipts.push(receipt),
@@ -343,6 +344,23 @@ impl<K: Hash + Eq> Transactions<K> {
 impl<K: Hash + Eq> Drop for Transactions<K> {
     fn drop(&mut self) {
         self.rollback_all();
+    }
+}
+
+/// Releases deliveries a queue at a time, each queue's all at once, so that
+/// what comes back of one group goes out again oldest first. A delivery whose
+/// consumer left came back then and is skipped.
+fn release_together(releases: impl IntoIterator<Item = (Arc<Queue>, ConsumerId, u64, Release)>) {
+    type Returns = Vec<(ConsumerId, u64, Release)>;
+    let mut by_queue: Vec<(Arc<Queue>, Returns)> = Vec::new();
+    for (queue, consumer, seq, how) in releases {
+        match by_queue.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &queue)) {
+            Some((_, items)) => items.push((consumer, seq, how)),
+            None => by_queue.push((queue, vec![(consumer, seq, how)])),
+        }
+    }
+    for (queue, items) in by_queue {
+        queue.release_all(&items);
     }
 }
 

@@ -112,17 +112,7 @@ impl Queue {
             let mut st = self.state.lock();
             match take_in_flight_of(&mut st, seq, consumer) {
                 Some(flight) => {
-                    refill(&mut st, consumer, 1);
-                    let mut entry = flight.entry;
-                    if how == Release::NotHere {
-                        entry.avoid = Some(consumer);
-                        if let Some(lane) = &entry.lane {
-                            if st.groups.owner(lane) == Some(consumer) {
-                                st.move_group_from(lane, consumer);
-                            }
-                        }
-                    }
-                    self.return_entry(&mut st, entry, how, &mut after);
+                    self.give_back(&mut st, consumer, flight.entry, how, &mut after);
                     self.dispatch(&mut st, &mut after);
                     Ok(())
                 }
@@ -131,6 +121,55 @@ impl Queue {
         };
         self.finish(after);
         result
+    }
+
+    /// Settles several deliveries without acknowledging them, all before
+    /// anything is dispatched again, as one step (a transaction's commit or
+    /// rollback): returned messages of one group then go out again oldest
+    /// first, whatever order they were settled in. A delivery that is no
+    /// longer outstanding (its consumer left and it came back then) is
+    /// skipped; returns how many were.
+    pub fn release_all(self: &Arc<Self>, releases: &[(ConsumerId, u64, Release)]) -> usize {
+        let mut after = AfterUnlock::default();
+        let mut skipped = 0;
+        {
+            let mut st = self.state.lock();
+            let mut ordered: Vec<&(ConsumerId, u64, Release)> = releases.iter().collect();
+            ordered.sort_unstable_by_key(|(_, seq, _)| *seq);
+            for &&(consumer, seq, how) in &ordered {
+                let Some(flight) = take_in_flight_of(&mut st, seq, consumer) else {
+                    skipped += 1;
+                    continue;
+                };
+                self.give_back(&mut st, consumer, flight.entry, how, &mut after);
+            }
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+        skipped
+    }
+
+    /// A delivery `consumer` settled without acknowledging goes back: its
+    /// credit returns, and undeliverable-here keeps it (and, if the consumer
+    /// owns it, its group) away from that consumer.
+    fn give_back(
+        &self,
+        st: &mut State,
+        consumer: ConsumerId,
+        mut entry: Entry,
+        how: Release,
+        after: &mut AfterUnlock,
+    ) {
+        refill(st, consumer, 1);
+        if how == Release::NotHere {
+            entry.avoid = Some(consumer);
+            if let Some(lane) = &entry.lane {
+                if st.groups.owner(lane) == Some(consumer) {
+                    st.move_group_from(lane, consumer);
+                }
+            }
+        }
+        self.return_entry(st, entry, how, after);
     }
 
     /// Returns everything `consumer` holds (it left), oldest first.

@@ -9,7 +9,7 @@
 //! the queue under test shares one delivery channel, so the model sees the
 //! queue's pushes in the exact order it made them, across consumers.
 
-use super::ops::{CaseSettings, Op, SendOp, SettleOp, CONNECTIONS, MAX_CONSUMERS};
+use super::ops::{CaseSettings, Op, SendOp, SettleOp, TxnEnd, TxnOp, CONNECTIONS, MAX_CONSUMERS};
 use super::reference::{
     Cid, ConsumerSpec, CreditKind, Invariant, Model, ModelSettings, Ms, MsgId, Sent, Settle, Span,
     Violation, SLACK,
@@ -19,6 +19,9 @@ use crate::core::deliveries::{self, Deliveries, DeliverySink};
 use crate::core::message::now_ms;
 use crate::core::schedule::{Schedule, ScheduleOptions};
 use crate::core::settings::QueueSettings;
+use crate::core::transaction::{
+    Settlement, Target, TransactionError, TransactionLimits, Transactions,
+};
 use crate::core::{
     Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, Release, RoutingType,
     Subscription, Value,
@@ -237,6 +240,7 @@ impl Driver {
             }
             Op::Advance { ms } => self.advance(*ms)?,
             Op::Restart => self.restart()?,
+            Op::Txn(txn) => self.txn(txn)?,
         }
         let idle_from = self.quiesce()?;
         self.model.check_idle(idle_from, now_ms())
@@ -252,28 +256,7 @@ impl Driver {
 
     fn send(&mut self, op: &SendOp) -> Step {
         let id = self.model.message_count();
-        let now = now_ms();
-        let sent = Sent {
-            group: op.group.map(|g| Arc::from(format!("G{g}"))),
-            closes_group: op.closes_group,
-            durable: op.durable,
-            color: op.color,
-            due: op.delay_ms.map(|d| now + d),
-            expires: op.ttl_ms.map(|t| now + t),
-        };
-        let message = Message {
-            address: Arc::from(QUEUE),
-            body: bytes::Bytes::from(id.to_string()),
-            group_id: sent.group.clone(),
-            group_seq: op.closes_group.then_some(-1),
-            due_at: sent.due,
-            expires_at: sent.expires,
-            durable: op.durable,
-            priority: op.priority,
-            timestamp: now,
-            properties: vec![(Arc::from("color"), Value::Int(op.color))].into(),
-            ..Message::default()
-        };
+        let (sent, message) = message(id, op, now_ms());
         let rt = self.rt();
         let _entered = rt.enter();
         let lo = now_ms();
@@ -283,6 +266,146 @@ impl Driver {
         let hi = now_ms();
         self.trace(|| format!("  sent m{id}: {sent:?}"));
         self.model.send(sent, Span { lo, hi });
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    /// One transaction through the core's API. The model is told what the
+    /// commit applies in the order the core applies it: the sends, then the
+    /// releases, then the acknowledgements, a consumer's together.
+    fn txn(&mut self, op: &TxnOp) -> Step {
+        const TXN: u32 = 1;
+        let mut txns = Transactions::new(TransactionLimits::default());
+        if txns.begin(TXN).is_err() {
+            return Err(broken("a transaction would not begin".to_owned()));
+        }
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let first = self.model.message_count();
+        let mut sent = Vec::new();
+        for (i, send) in op.sends.iter().enumerate() {
+            let (s, message) = message(first + i, send, now_ms());
+            let broker = &self.core().broker;
+            if let Err(e) = txns.send(broker, &TXN, message, Target::Routed(RoutingType::Anycast)) {
+                return Err(broken(format!(
+                    "send of m{} in a transaction refused: {e}",
+                    first + i
+                )));
+            }
+            sent.push(s);
+        }
+        // (consumer, message, acknowledged) in the order they were added.
+        let mut settled: Vec<(Cid, MsgId, bool)> = Vec::new();
+        for s in &op.settles {
+            let free: Vec<(Cid, Vec<MsgId>)> = self
+                .subs
+                .iter()
+                .map(|sub| {
+                    let held = self.model.in_flight_of(sub.cid);
+                    let free = held
+                        .into_iter()
+                        .filter(|id| !settled.iter().any(|(_, m, _)| m == id))
+                        .collect::<Vec<_>>();
+                    (sub.cid, free)
+                })
+                .filter(|(_, free)| !free.is_empty())
+                .collect();
+            if free.is_empty() {
+                break;
+            }
+            let (cid, ids) = &free[s.consumer as usize % free.len()];
+            let id = ids[s.pick as usize % ids.len()];
+            let Some(delivery) = self.held.get(&id) else {
+                return Err(broken(format!("no delivery of m{id} to settle")));
+            };
+            let how = if s.ack {
+                Settlement::Ack
+            } else {
+                Settlement::Release(Release::Failed)
+            };
+            if let Err(e) = txns.settle(&TXN, &delivery.queue, delivery.consumer, delivery.seq, how)
+            {
+                return Err(broken(format!(
+                    "c{cid} could not settle m{id} in a transaction: {e}"
+                )));
+            }
+            settled.push((*cid, id, s.ack));
+        }
+        self.trace(|| format!("  transaction: sends {sent:?}, settles {settled:?}"));
+        let mut gone = None;
+        match op.end {
+            TxnEnd::Commit | TxnEnd::Rollback => {}
+            TxnEnd::RefusedThenCommit => {
+                let refused: Arc<dyn std::error::Error + Send + Sync> =
+                    Arc::from(Box::<dyn std::error::Error + Send + Sync>::from("refused"));
+                if txns
+                    .refuse(&TXN, TransactionError::Protocol(refused))
+                    .is_err()
+                {
+                    return Err(broken("the transaction was not open".to_owned()));
+                }
+            }
+            TxnEnd::ConsumerLeavesThenCommit => {
+                if let Some(&(cid, _, _)) = settled.first() {
+                    if let Some(at) = self.subs.iter().position(|s| s.cid == cid) {
+                        drop(_entered);
+                        self.close(at)?;
+                        gone = Some(cid);
+                    }
+                }
+            }
+        }
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        let applied = if op.end == TxnEnd::Rollback {
+            txns.rollback(&TXN).map(|()| false)
+        } else {
+            txns.commit(&self.core().broker, &TXN).map(|_| true)
+        };
+        let hi = now_ms();
+        let committed = match (applied, op.end) {
+            (Ok(true), TxnEnd::Commit) => true,
+            (Ok(false), TxnEnd::Rollback) => false,
+            (Err(_), TxnEnd::RefusedThenCommit) => false,
+            (Err(_), TxnEnd::ConsumerLeavesThenCommit) if gone.is_some() => false,
+            (Ok(true), TxnEnd::ConsumerLeavesThenCommit) if gone.is_none() => true,
+            (outcome, end) => {
+                return Err(broken(format!(
+                    "transaction ending {end:?}: {:?}",
+                    outcome.map_err(|e| e.to_string())
+                )))
+            }
+        };
+        self.trace(|| format!("  transaction committed: {committed}"));
+        if committed {
+            for s in sent {
+                self.model.send(s, Span { lo, hi });
+            }
+            for &(cid, id, _) in settled.iter().filter(|(_, _, ack)| !ack) {
+                self.held.remove(&id);
+                self.model.settle(cid, id, Settle::Failed, lo);
+            }
+            let mut acked: Vec<Cid> = Vec::new();
+            for &(cid, _, ack) in &settled {
+                if ack && !acked.contains(&cid) {
+                    acked.push(cid);
+                }
+            }
+            for cid in acked {
+                for &(_, id, _) in settled.iter().filter(|(c, _, ack)| *c == cid && *ack) {
+                    self.held.remove(&id);
+                    self.model.settle(cid, id, Settle::Ack, lo);
+                }
+            }
+        } else {
+            // What was settled goes back as a failed delivery, except what
+            // came back already when its consumer left.
+            for &(cid, id, _) in settled.iter().filter(|(c, _, _)| Some(*c) != gone) {
+                self.held.remove(&id);
+                self.model.settle(cid, id, Settle::Failed, lo);
+            }
+        }
         self.drain(lo)?;
         Ok(())
     }
@@ -371,17 +494,23 @@ impl Driver {
         Ok(())
     }
 
+    /// Grants credit to a consumer with explicit credit (an AMQP link's
+    /// flow). A window consumer (STOMP prefetch) is never granted credit: its
+    /// window refills as it settles.
     fn add_credit(&mut self, consumer: u8, credit: u32) -> Step {
-        if self.subs.is_empty() {
+        let explicit: Vec<usize> = (0..self.subs.len())
+            .filter(|&i| self.model.has_explicit_credit(self.subs[i].cid))
+            .collect();
+        if explicit.is_empty() {
             return Ok(());
         }
-        let sub = &self.subs[consumer as usize % self.subs.len()];
-        let cid = sub.cid;
+        let at = explicit[consumer as usize % explicit.len()];
+        let cid = self.subs[at].cid;
         let rt = self.rt();
         let _entered = rt.enter();
         let lo = now_ms();
         self.model.add_credit(cid, credit);
-        let sub = &self.subs[consumer as usize % self.subs.len()];
+        let sub = &self.subs[at];
         sub.subscription
             .queue()
             .add_credit(sub.subscription.consumer(), credit);
@@ -588,6 +717,33 @@ impl Driver {
         self.held.clear();
         self.core = None;
     }
+}
+
+/// What the model is told of a send, and the message the core gets: its
+/// body is its model id.
+fn message(id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
+    let sent = Sent {
+        group: op.group.map(|g| Arc::from(format!("G{g}"))),
+        closes_group: op.closes_group,
+        durable: op.durable,
+        color: op.color,
+        due: op.delay_ms.map(|d| now + d),
+        expires: op.ttl_ms.map(|t| now + t),
+    };
+    let message = Message {
+        address: Arc::from(QUEUE),
+        body: bytes::Bytes::from(id.to_string()),
+        group_id: sent.group.clone(),
+        group_seq: op.closes_group.then_some(-1),
+        due_at: sent.due,
+        expires_at: sent.expires,
+        durable: op.durable,
+        priority: op.priority,
+        timestamp: now,
+        properties: vec![(Arc::from("color"), Value::Int(op.color))].into(),
+        ..Message::default()
+    };
+    (sent, message)
 }
 
 fn message_id(delivery: &Delivery) -> Result<MsgId, Violation> {

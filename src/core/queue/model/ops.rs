@@ -85,10 +85,38 @@ pub enum Op {
     },
     /// Close the broker and open it again on the same directory.
     Restart,
-    // Transactions (send/ack/release inside a transaction, then commit or
-    // roll back) go here once they are in the core: an `Op::Txn { steps,
-    // commit }` the driver applies through the core's transaction API and
-    // the model applies whole or not at all.
+    /// A local transaction through the core's transaction API, begun and
+    /// ended within the operation.
+    Txn(TxnOp),
+}
+
+/// Sends and settlements held by one transaction, and how it ends.
+#[derive(Debug, Clone)]
+pub struct TxnOp {
+    pub sends: Vec<SendOp>,
+    /// As in [`Op::Settle`]; a delivery picked twice is settled once.
+    pub settles: Vec<TxnSettle>,
+    pub end: TxnEnd,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TxnSettle {
+    pub consumer: u8,
+    pub pick: u8,
+    /// Acknowledged; otherwise released as failed (a NACK).
+    pub ack: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnEnd {
+    Commit,
+    Rollback,
+    /// An operation is refused (as a protocol refuses an unknown ack), then
+    /// the client commits anyway: nothing applies.
+    RefusedThenCommit,
+    /// The consumer of the first settlement leaves before the commit, which
+    /// then fails: nothing applies.
+    ConsumerLeavesThenCommit,
 }
 
 /// The most consumers attached at once; further subscribes are skipped.
@@ -254,6 +282,33 @@ fn settle() -> impl Strategy<Value = SettleOp> {
     ]
 }
 
+fn txn(timing: bool) -> impl Strategy<Value = TxnOp> {
+    let settle =
+        (any::<u8>(), any::<u8>(), prop::bool::weighted(0.7)).prop_map(|(consumer, pick, ack)| {
+            TxnSettle {
+                consumer,
+                pick,
+                ack,
+            }
+        });
+    let end = prop_oneof![
+        5 => Just(TxnEnd::Commit),
+        2 => Just(TxnEnd::Rollback),
+        1 => Just(TxnEnd::RefusedThenCommit),
+        1 => Just(TxnEnd::ConsumerLeavesThenCommit),
+    ];
+    (
+        prop::collection::vec(send(timing), 0..=3),
+        prop::collection::vec(settle, 0..=3),
+        end,
+    )
+        .prop_map(|(sends, settles, end)| TxnOp {
+            sends,
+            settles,
+            end,
+        })
+}
+
 pub fn op(family: Family) -> impl Strategy<Value = Op> {
     let timing = family.timing();
     let mut arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
@@ -300,6 +355,7 @@ pub fn op(family: Family) -> impl Strategy<Value = Op> {
     if family.restarts() {
         arms.push((2, Just(Op::Restart).boxed()));
     }
+    arms.push((4, txn(timing).prop_map(Op::Txn).boxed()));
     prop::strategy::Union::new_weighted(arms)
 }
 

@@ -410,6 +410,12 @@ impl Model {
         }
     }
 
+    pub fn has_explicit_credit(&self, cid: Cid) -> bool {
+        self.consumers
+            .get(&cid)
+            .is_some_and(|c| c.spec.credit == CreditKind::Explicit)
+    }
+
     pub fn add_credit(&mut self, cid: Cid, n: u32) {
         if let Some(c) = self.consumers.get_mut(&cid) {
             c.credit = c.credit.saturating_add(n);

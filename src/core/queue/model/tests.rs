@@ -2,7 +2,7 @@
 //! regression test.
 
 use super::driver;
-use super::ops::{self, CaseSettings, Family, Op, SendOp, SettleOp};
+use super::ops::{self, CaseSettings, Family, Op, SendOp, SettleOp, TxnEnd, TxnOp, TxnSettle};
 use super::reference::{ConsumerSpec, CreditKind};
 use proptest::prelude::*;
 use std::time::Duration;
@@ -379,16 +379,27 @@ fn durable_messages_survive_a_restart_and_non_durable_ones_do_not() {
 fn a_browser_is_not_shown_messages_in_flight() {
     // The browser saw m0; by the time it has credit again both messages
     // are with consumers.
+    let browser = Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Explicit,
+            priority: 0,
+            selector: None,
+            browser: true,
+        },
+    };
+    let credit = Op::AddCredit {
+        consumer: 0,
+        credit: 1,
+    };
     let ops = [
         send(None),
         send(None),
-        browser(1),
+        browser,
+        credit.clone(),
         consumer(1, 0),
         consumer(1, 0),
-        Op::AddCredit {
-            consumer: 0,
-            credit: 1,
-        },
+        credit,
     ];
     holds(&plain(), &ops);
 }
@@ -424,15 +435,30 @@ fn a_browser_is_not_shown_expired_messages() {
 #[test]
 fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
     // c1 refuses m0 (undeliverable-here), takes m1 (binding G2's lane) and
-    // m2, then NACKs one of them: m3 of its own lane must still reach it past m0.
+    // m2, then NACKs one of them and is given credit again: m3 of its own
+    // lane must still reach it past m0.
     let case = CaseSettings {
         redelivery_delay: Duration::from_millis(10),
         group_buckets: 2,
         ..plain()
     };
+    let explicit = Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Explicit,
+            priority: 0,
+            selector: None,
+            browser: false,
+        },
+    };
+    let credit = |credit| Op::AddCredit {
+        consumer: 0,
+        credit,
+    };
     for pick in 0..2 {
         let ops = [
-            consumer(1, 0),
+            explicit.clone(),
+            credit(1),
             send(None),
             send_with(Some(2), |s| s.ttl_ms = Some(40)),
             send_with(None, |s| {
@@ -440,10 +466,7 @@ fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
                 s.color = 1
             }),
             settle_first(SettleOp::NotHere),
-            Op::AddCredit {
-                consumer: 0,
-                credit: 1,
-            },
+            credit(2),
             send_with(Some(2), |s| {
                 s.closes_group = true;
                 s.color = 1
@@ -453,6 +476,7 @@ fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
                 pick,
                 how: SettleOp::Nack,
             },
+            credit(1),
         ];
         holds(&case, &ops);
     }
@@ -669,4 +693,66 @@ fn an_expired_group_head_on_disk_does_not_hide_the_group_from_a_selector() {
         settle_first(SettleOp::Ack),
     ];
     holds(&case, &ops);
+}
+
+fn txn(settles: &[(u8, u8, bool)], sends: Vec<Op>, end: TxnEnd) -> Op {
+    Op::Txn(TxnOp {
+        sends: sends
+            .into_iter()
+            .map(|op| match op {
+                Op::Send(s) => s,
+                _ => unreachable!("only sends"),
+            })
+            .collect(),
+        settles: settles
+            .iter()
+            .map(|&(consumer, pick, ack)| TxnSettle {
+                consumer,
+                pick,
+                ack,
+            })
+            .collect(),
+        end,
+    })
+}
+
+#[test]
+fn a_committed_transaction_returns_a_group_oldest_first() {
+    // Settled newest first in the transaction; both come back at the commit
+    // and go out again in group order.
+    let nack = |pick| (0, pick, false);
+    for end in [TxnEnd::Commit, TxnEnd::Rollback] {
+        let ops = [
+            consumer(2, 0),
+            send(Some(2)),
+            send(Some(2)),
+            txn(&[nack(1), nack(0)], vec![], end),
+        ];
+        holds(&plain(), &ops);
+    }
+}
+
+#[test]
+fn a_transaction_applies_whole_or_not_at_all() {
+    let ops = |end| {
+        [
+            consumer(2, 0),
+            send(Some(1)),
+            send(None),
+            txn(
+                &[(0, 0, true), (0, 0, false)],
+                vec![send(Some(1)), send(None)],
+                end,
+            ),
+            send(Some(1)),
+        ]
+    };
+    for end in [
+        TxnEnd::Commit,
+        TxnEnd::Rollback,
+        TxnEnd::RefusedThenCommit,
+        TxnEnd::ConsumerLeavesThenCommit,
+    ] {
+        holds(&plain(), &ops(end));
+    }
 }
