@@ -1,43 +1,14 @@
-//! AMQP 1.0 wire level: type system, composite types (performatives, SASL, delivery states,
-//! termini, transactions), message sections, and the transport frame codec.
+//! AMQP 1.0.
 //!
-//! The wire level (types, codec, messaging, sasl) is protocol data only; `connection`,
-//! `session`, `attach`, `link` and `txn` are the endpoints that serve clients over the core.
+//! [`wire`] is protocol data only (type system, composite types, message sections, the
+//! transport frame codec) and never imports the core; [`endpoint`] holds the connection,
+//! session and link endpoints that serve clients over the core.
+//!
+//! The wire level is re-exported here so that `protocol::amqp::codec`,
+//! `protocol::amqp::Transfer` and the like keep working for the server, perf and benches.
 
-mod attach;
-pub mod codec;
-pub mod connection;
-pub mod convert;
-pub mod definitions;
-pub mod described;
-pub mod error;
-mod handshake;
-mod link;
-pub mod messaging;
-mod outgoing;
-pub mod performatives;
-mod quick_transfer;
-pub mod sasl;
-mod send_batch;
-mod session;
-mod terminus;
-mod txn;
-pub mod types;
+pub mod endpoint;
+pub mod wire;
 
-pub use codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
-pub use connection::{serve, AmqpOptions, ContainerRegistry};
-pub use definitions::{
-    AmqpError, Coordinator, Declare, DeliveryState, Discharge, ExpiryPolicy, ReceiverSettleMode,
-    Role, SenderSettleMode, Source, Target, TargetKind, TerminusDurability,
-};
-pub use described::Composite;
-pub use error::{condition, AmqpCodecError};
-pub use messaging::{Body, Header, Message, MessageId, MessageView, Properties, SectionRanges};
-pub use performatives::{
-    sender_credit, Attach, Begin, Close, Detach, Disposition, End, Flow, Open, Performative,
-    Transfer,
-};
-pub use sasl::{
-    SaslChallenge, SaslCode, SaslFrame, SaslInit, SaslMechanisms, SaslOutcome, SaslResponse,
-};
-pub use types::{map_get, Array, Described, Descriptor, Map, Str, Symbol, TypeCode, Value};
+pub use endpoint::{convert, serve, AmqpOptions, ContainerRegistry};
+pub use wire::*;

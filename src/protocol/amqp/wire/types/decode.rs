@@ -9,7 +9,7 @@ use nom::number::complete::{
 use nom::IResult;
 
 use super::{code, Array, Descriptor, Str, Symbol, TypeCode, Value, MAX_DEPTH};
-use crate::protocol::amqp::error::{AmqpCodecError, Result};
+use crate::protocol::amqp::wire::error::{AmqpCodecError, Result};
 
 pub(crate) type PResult<'a, T> = IResult<&'a [u8], T, AmqpCodecError>;
 

@@ -6,13 +6,13 @@
 //! double-count. `granted - received` is what the core may still send (or has in the
 //! channel); `pending` holds what arrived beyond the peer's current link credit.
 
-use super::performatives::sender_credit;
 use super::txn::Dest;
 use crate::core::broker::{Subscription, TemporaryQueue};
 use crate::core::consumer::Delivery;
 use crate::core::factory::ProducerGroup;
 use crate::core::queue::Queue;
 use crate::core::{Broker, CoreError, RoutingType};
+use crate::protocol::amqp::wire::performatives::sender_credit;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -3,16 +3,18 @@
 //! an attach with a null terminus, then a detach carrying the error.
 
 use super::connection::Ctx;
-use super::definitions::{AmqpError, ReceiverSettleMode, Role, SenderSettleMode, Source, Target};
-use super::error::condition;
 use super::link::{ReceiverLink, Route, SenderLink};
-use super::performatives::{Attach, Detach};
 use super::session::{core_condition, session_error, Session, SessionError};
 use super::terminus::{self, Node, SubscriptionKind, CAP_TEMP_TOPIC};
-use super::types::{Str, Symbol, Value};
-use super::TargetKind;
 use crate::core::consumer::{ConsumerOptions, CreditMode, MessageFilter};
 use crate::core::{CoreError, RoutingType};
+use crate::protocol::amqp::wire::definitions::{
+    AmqpError, ReceiverSettleMode, Role, SenderSettleMode, Source, Target,
+};
+use crate::protocol::amqp::wire::error::condition;
+use crate::protocol::amqp::wire::performatives::{Attach, Detach};
+use crate::protocol::amqp::wire::types::{Str, Symbol, Value};
+use crate::protocol::amqp::wire::TargetKind;
 use std::sync::Arc;
 
 pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionError> {
@@ -214,8 +216,8 @@ fn reattach_durable(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), Am
             .map_err(|e| core_error(&e))?;
         let source = Source {
             address: Some(Str::from(topic.as_str())),
-            durable: super::TerminusDurability::UnsettledState,
-            expiry_policy: super::ExpiryPolicy::Never,
+            durable: crate::protocol::amqp::wire::TerminusDurability::UnsettledState,
+            expiry_policy: crate::protocol::amqp::wire::ExpiryPolicy::Never,
             capabilities: vec![Symbol::from_static(terminus::CAP_TOPIC)],
             ..Source::default()
         };

@@ -3,22 +3,24 @@
 
 use super::connection::{Ctx, Settled, WaitingWrite};
 use super::convert;
-use super::definitions::{AmqpError, DeliveryState, Role};
-use super::described::Composite;
-use super::error::condition;
 use super::link::{Partial, ReceiverLink, Route, SenderLink};
-use super::messaging::{Body, MessageView};
 use super::outgoing::{DeliveryStart, Placed};
-use super::performatives::{Begin, Detach, Disposition, End, Flow, Performative, Transfer};
 use super::send_batch::SendBatch;
 use super::terminus;
 use super::txn::{self, Dest, RefusedTransfer};
-use super::{AmqpFrame, Declare, Discharge, Frame};
 use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::Queue;
 use crate::core::{CoreError, Receipt, Settlement, TransactionError};
+use crate::protocol::amqp::wire::definitions::{AmqpError, DeliveryState, Role};
+use crate::protocol::amqp::wire::described::Composite;
+use crate::protocol::amqp::wire::error::condition;
+use crate::protocol::amqp::wire::messaging::{Body, MessageView};
+use crate::protocol::amqp::wire::performatives::{
+    Begin, Detach, Disposition, End, Flow, Performative, Transfer,
+};
+use crate::protocol::amqp::wire::{AmqpFrame, Declare, Discharge, Frame};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -605,7 +607,7 @@ impl Session {
                 };
                 let jms_dest = view.message_annotations().and_then(|m| {
                     m.iter()
-                        .find(|(k, _)| matches!(k, super::Value::Symbol(s) if s.as_str() == "x-opt-jms-dest"))
+                        .find(|(k, _)| matches!(k, crate::protocol::amqp::wire::Value::Symbol(s) if s.as_str() == "x-opt-jms-dest"))
                         .map(|(_, v)| v)
                 });
                 let node = terminus::resolve_relay(to.as_str(), jms_dest);
@@ -844,7 +846,11 @@ impl Session {
         }
     }
 
-    fn attach(&mut self, cx: &mut Ctx, attach: super::Attach) -> Result<(), SessionError> {
+    fn attach(
+        &mut self,
+        cx: &mut Ctx,
+        attach: crate::protocol::amqp::wire::Attach,
+    ) -> Result<(), SessionError> {
         super::attach::attach(self, cx, attach)
     }
 }

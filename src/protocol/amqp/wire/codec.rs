@@ -365,10 +365,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::protocol::amqp::condition;
-    use crate::protocol::amqp::described::Composite;
-    use crate::protocol::amqp::performatives::{Close, Open, Transfer};
-    use crate::protocol::amqp::sasl::{SaslCode, SaslOutcome};
+    use crate::protocol::amqp::wire::condition;
+    use crate::protocol::amqp::wire::described::Composite;
+    use crate::protocol::amqp::wire::performatives::{Close, Open, Transfer};
+    use crate::protocol::amqp::wire::sasl::{SaslCode, SaslOutcome};
 
     fn amqp(channel: u16, p: Performative, payload: &'static [u8]) -> Frame {
         Frame::Amqp(AmqpFrame {

@@ -65,9 +65,9 @@ fn field<T: FromValue>(cx: &Ctx<'_>, i: &mut &[u8]) -> Option<Option<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::amqp::definitions::{DeliveryState, ReceiverSettleMode};
-    use crate::protocol::amqp::described::Composite;
-    use crate::protocol::amqp::performatives::{encode_delivery_start, Performative};
+    use crate::protocol::amqp::wire::definitions::{DeliveryState, ReceiverSettleMode};
+    use crate::protocol::amqp::wire::described::Composite;
+    use crate::protocol::amqp::wire::performatives::{encode_delivery_start, Performative};
     use bytes::{Bytes, BytesMut};
     use proptest::prelude::*;
 

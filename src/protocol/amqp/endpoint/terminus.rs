@@ -3,10 +3,10 @@
 //! (or, on the anonymous relay, by the `x-opt-jms-dest` annotation); other clients may use
 //! `queue://` / `topic://` prefixes.
 
-use super::definitions::{ExpiryPolicy, Source, TerminusDurability};
-use super::types::{Descriptor, Map, Symbol, Value};
 use crate::core::selector::{Selector, SelectorError};
 use crate::core::RoutingType;
+use crate::protocol::amqp::wire::definitions::{ExpiryPolicy, Source, TerminusDurability};
+use crate::protocol::amqp::wire::types::{Descriptor, Map, Symbol, Value};
 use std::sync::Arc;
 
 pub const CAP_TOPIC: &str = "topic";
@@ -137,7 +137,7 @@ pub fn subscription_name(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::amqp::types::Described;
+    use crate::protocol::amqp::wire::types::Described;
 
     #[test]
     fn capabilities_and_prefixes() {

@@ -14,11 +14,11 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::AsyncWrite;
 use tokio_util::codec::Framed;
 
-use super::codec::{
+use crate::protocol::amqp::wire::codec::{
     begin_frame, encode_frame_sharing, finish_frame, AmqpFrameCodec, Frame, FRAME_TYPE_AMQP,
 };
-use super::error::AmqpCodecError;
-use super::performatives::encode_delivery_start;
+use crate::protocol::amqp::wire::error::AmqpCodecError;
+use crate::protocol::amqp::wire::performatives::encode_delivery_start;
 use crate::protocol::write_parts::WriteParts;
 
 /// A buffer this large after a flush is given up for a fresh one, so a burst
@@ -156,7 +156,7 @@ impl Outgoing {
             self.buf.clear();
         }
         self.parts.write_framed(framed).await?;
-        SinkExt::<super::codec::Outbound>::flush(framed).await?;
+        SinkExt::<crate::protocol::amqp::wire::codec::Outbound>::flush(framed).await?;
         if self.buf.capacity() > KEEP_AT_MOST {
             self.buf = BytesMut::with_capacity(START_WITH);
         }
@@ -179,9 +179,9 @@ impl Outgoing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::amqp::codec::{decode_frame, AmqpFrame, Inbound};
-    use crate::protocol::amqp::definitions::Role;
-    use crate::protocol::amqp::performatives::{Disposition, Flow, Performative, Transfer};
+    use crate::protocol::amqp::wire::codec::{decode_frame, AmqpFrame, Inbound};
+    use crate::protocol::amqp::wire::definitions::Role;
+    use crate::protocol::amqp::wire::performatives::{Disposition, Flow, Performative, Transfer};
 
     fn start() -> DeliveryStart {
         DeliveryStart {
@@ -225,7 +225,7 @@ mod tests {
             settled: Some(false),
             ..Transfer::default()
         };
-        crate::protocol::amqp::codec::encode_frame(
+        crate::protocol::amqp::wire::codec::encode_frame(
             &Frame::Amqp(AmqpFrame {
                 channel: 3,
                 performative: transfer.into(),

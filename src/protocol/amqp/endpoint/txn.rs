@@ -2,12 +2,12 @@
 //! core's transactions, which hold transactional transfers and dispositions
 //! and apply them whole at discharge, or not at all.
 
-use super::definitions::DeliveryState;
-use super::error::condition;
 use crate::core::broker::RoutingType;
 use crate::core::consumer::Release;
 use crate::core::queue::Queue;
 use crate::core::{Settlement, Target, TransactionError};
+use crate::protocol::amqp::wire::definitions::DeliveryState;
+use crate::protocol::amqp::wire::error::condition;
 use bytes::Bytes;
 use std::sync::Arc;
 

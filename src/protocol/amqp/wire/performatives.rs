@@ -560,10 +560,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::protocol::amqp::condition;
-    use crate::protocol::amqp::definitions::*;
-    use crate::protocol::amqp::sasl::*;
-    use crate::protocol::amqp::types::{Array, Value};
+    use crate::protocol::amqp::wire::condition;
+    use crate::protocol::amqp::wire::definitions::*;
+    use crate::protocol::amqp::wire::sasl::*;
+    use crate::protocol::amqp::wire::types::{Array, Value};
 
     fn round_trip(p: Performative) {
         let mut buf = BytesMut::new();
@@ -597,7 +597,7 @@ mod tests {
         }
     }
 
-    fn decode(b: &[u8]) -> crate::protocol::amqp::error::Result<Performative> {
+    fn decode(b: &[u8]) -> crate::protocol::amqp::wire::error::Result<Performative> {
         let mut b = Bytes::copy_from_slice(b);
         Performative::decode(&mut b)
     }
@@ -855,7 +855,7 @@ mod tests {
             filter: Some(vec![(
                 Value::symbol("jms-selector"),
                 Value::described(
-                    crate::protocol::amqp::Descriptor::Code(0x0000_468C_0000_0004),
+                    crate::protocol::amqp::wire::Descriptor::Code(0x0000_468C_0000_0004),
                     Value::string("color = 'red'"),
                 ),
             )]),

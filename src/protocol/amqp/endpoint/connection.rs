@@ -9,14 +9,9 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
-use super::definitions::{AmqpError, DeliveryState};
-use super::error::{condition, AmqpCodecError};
 use super::handshake::{self, HandshakeError};
 use super::outgoing::Outgoing;
-use super::performatives::{Close, Open, Performative};
 use super::session::{Session, SessionError};
-use super::types::{Symbol, Value};
 use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
 use crate::core::deliveries::WakeBatch;
 use crate::core::factory::ConnectionFactory;
@@ -25,6 +20,11 @@ use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
 use crate::core::receipt::Written;
 use crate::core::{Broker, CoreError, TransactionLimits, Transactions};
+use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
+use crate::protocol::amqp::wire::definitions::{AmqpError, DeliveryState};
+use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
+use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
+use crate::protocol::amqp::wire::types::{Symbol, Value};
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;

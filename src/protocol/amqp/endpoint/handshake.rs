@@ -5,11 +5,13 @@
 //! without SASL is accepted only where anonymous access is. Any other header is answered with
 //! the one we want and the connection closed, as the spec asks.
 
-use super::codec::{AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader};
-use super::error::AmqpCodecError;
-use super::sasl::{SaslCode, SaslFrame, SaslMechanisms, SaslOutcome};
-use super::types::Symbol;
 use crate::core::Broker;
+use crate::protocol::amqp::wire::codec::{
+    AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader,
+};
+use crate::protocol::amqp::wire::error::AmqpCodecError;
+use crate::protocol::amqp::wire::sasl::{SaslCode, SaslFrame, SaslMechanisms, SaslOutcome};
+use crate::protocol::amqp::wire::types::Symbol;
 use futures_util::{SinkExt, StreamExt};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};

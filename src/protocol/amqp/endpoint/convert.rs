@@ -23,14 +23,14 @@
 //! | (core: due_at)  | app-properties in the queue's `delay_headers` (x-delay, delay (s) by default), read by the core | same names |
 //! | properties      | application-properties (typed)                          | other headers (strings) |
 
-use super::error::AmqpCodecError;
-use super::messaging::{
-    ApplicationProperties, Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties,
-};
-use super::types::{code, Map, Str, Symbol, Value as AmqpValue};
 use crate::core::delay_headers::DelayHeaderNames;
 use crate::core::message::{Message, Property, Value, WireForm};
 use crate::core::properties::Properties as UserProperties;
+use crate::protocol::amqp::wire::error::AmqpCodecError;
+use crate::protocol::amqp::wire::messaging::{
+    ApplicationProperties, Body, Header, Message as AmqpMessage, MessageId, MessageView, Properties,
+};
+use crate::protocol::amqp::wire::types::{code, Map, Str, Symbol, Value as AmqpValue};
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 
@@ -61,7 +61,9 @@ impl ConvertError {
     /// The AMQP error condition to reject the message with.
     pub fn condition(&self) -> &'static str {
         match self {
-            ConvertError::InvalidField { .. } => super::error::condition::INVALID_FIELD,
+            ConvertError::InvalidField { .. } => {
+                crate::protocol::amqp::wire::error::condition::INVALID_FIELD
+            }
             ConvertError::Malformed(e) => e.condition(),
         }
     }
@@ -145,7 +147,9 @@ fn read_in_place(encoded: &[u8]) -> Option<InPlace<'_>> {
         (code::FLOAT, _) => Value::Double(f64::from(f32::from_bits(be4()?))),
         (code::DOUBLE, _) => Value::Double(f64::from_bits(be8()?)),
         (code::STR8, [len, text @ ..]) if usize::from(*len) == text.len() => {
-            return super::types::text(text).ok().map(InPlace::Text)
+            return crate::protocol::amqp::wire::types::text(text)
+                .ok()
+                .map(InPlace::Text)
         }
         _ => return None,
     }))
@@ -444,7 +448,7 @@ fn plain_entries(map: &[u8], delay_names: &DelayHeaderNames) -> Option<usize> {
             code::ULONG | code::LONG | code::TIMESTAMP | code::DOUBLE => 8,
             code::STR8 => {
                 let len = usize::from(*rest.get(1)?);
-                super::types::text(rest.get(2..2 + len)?).ok()?;
+                crate::protocol::amqp::wire::types::text(rest.get(2..2 + len)?).ok()?;
                 1 + len
             }
             _ => return None,
@@ -556,7 +560,7 @@ pub fn outbound(
     group_first_key: Option<&str>,
     buf: &mut BytesMut,
 ) -> Option<Bytes> {
-    use super::described::Composite;
+    use crate::protocol::amqp::wire::described::Composite;
     let header = header_for(m, delivery_count, now);
     if let Some(key) = group_first_key {
         // The first message of a group for this consumer carries the key as an
@@ -645,7 +649,7 @@ fn build(m: &Message, header: Header) -> AmqpMessage {
 mod tests {
     use super::*;
     use crate::core::delay_headers::DelayHeader;
-    use crate::protocol::amqp::types::tests::leaf;
+    use crate::protocol::amqp::wire::types::tests::leaf;
     use proptest::prelude::*;
 
     fn delay_names() -> DelayHeaderNames {

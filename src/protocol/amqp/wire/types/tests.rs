@@ -2,7 +2,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
-use crate::protocol::amqp::error::condition;
+use crate::protocol::amqp::wire::error::condition;
 
 fn enc(v: &Value) -> Vec<u8> {
     v.to_bytes().to_vec()

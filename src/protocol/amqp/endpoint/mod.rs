@@ -1,0 +1,16 @@
+//! The AMQP endpoints that serve clients over the core: the connection (handshake, serve
+//! loop, outgoing frames), its sessions and links, attach, transactions, and the conversion
+//! between AMQP messages and the core's.
+
+mod attach;
+pub mod connection;
+pub mod convert;
+mod handshake;
+mod link;
+mod outgoing;
+mod send_batch;
+mod session;
+mod terminus;
+mod txn;
+
+pub use connection::{serve, AmqpOptions, ContainerRegistry};
