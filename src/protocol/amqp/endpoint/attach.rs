@@ -2,9 +2,9 @@
 //! core subscription or a route, and answering. A refused attach is answered the spec's way:
 //! an attach with a null terminus, then a detach carrying the error.
 
-use super::connection::Ctx;
+use super::condition::core_condition;
+use super::env::Env;
 use super::link::{ReceiverLink, Route, SenderLink};
-use super::session::{core_condition, session_error, Session, SessionError};
 use super::terminus::{self, Node, SubscriptionKind, CAP_TEMP_TOPIC};
 use crate::core::consumer::{ConsumerOptions, CreditMode, MessageFilter};
 use crate::core::{CoreError, RoutingType};
@@ -12,35 +12,14 @@ use crate::protocol::amqp::wire::definitions::{
     AmqpError, ReceiverSettleMode, Role, SenderSettleMode, Source, Target,
 };
 use crate::protocol::amqp::wire::error::condition;
-use crate::protocol::amqp::wire::performatives::{Attach, Detach};
+use crate::protocol::amqp::wire::performatives::Attach;
 use crate::protocol::amqp::wire::types::{Str, Symbol, Value};
-use crate::protocol::amqp::wire::TargetKind;
+use crate::protocol::amqp::wire::{ExpiryPolicy, TargetKind, TerminusDurability};
 use std::sync::Arc;
 
-pub fn attach(s: &mut Session, cx: &mut Ctx, a: Attach) -> Result<(), SessionError> {
-    if s.senders.contains_key(&a.handle)
-        || s.receivers.contains_key(&a.handle)
-        || s.detaching.contains(&a.handle)
-    {
-        return Err(session_error(
-            condition::SESSION_HANDLE_IN_USE,
-            "attach on a handle already in use",
-        ));
-    }
-    if a.handle > s.handle_max {
-        return Err(SessionError::Connection(AmqpError::new(
-            condition::CONNECTION_FRAMING_ERROR,
-            Some("handle over handle-max"),
-        )));
-    }
-    match a.role {
-        Role::Receiver => attach_sender(s, cx, a),
-        Role::Sender => attach_receiver(s, cx, a),
-    }
-    Ok(())
-}
-
-fn refuse(s: &mut Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpError) {
+/// The attach that answers a refused one (`role` is ours): the peer's terminus
+/// on its side, a null one on ours. The detach with the error follows it.
+pub fn refusal(a: &Attach, role: Role, error: &AmqpError) -> Attach {
     tracing::debug!(
         link = a.name.as_str(),
         condition = error.condition.as_str(),
@@ -51,16 +30,7 @@ fn refuse(s: &mut Session, cx: &mut Ctx, a: &Attach, role: Role, error: AmqpErro
         Role::Sender => reply.target = a.target.clone(),
         Role::Receiver => reply.source = a.source.clone(),
     }
-    cx.frame(s.channel, reply);
-    s.detaching.insert(a.handle);
-    cx.frame(
-        s.channel,
-        Detach {
-            handle: a.handle,
-            closed: true,
-            error: Some(error),
-        },
-    );
+    reply
 }
 
 fn error(condition: &str, description: impl AsRef<str>) -> AmqpError {
@@ -72,12 +42,9 @@ fn core_error(e: &CoreError) -> AmqpError {
 }
 
 /// The peer receives: the broker sends from a queue or a topic subscription.
-fn attach_sender(s: &mut Session, cx: &mut Ctx, a: Attach) {
-    let link = match subscribe(cx, &a) {
-        Ok(link) => link,
-        Err(e) => return refuse(s, cx, &a, Role::Sender, e),
-    };
-    let (link, source) = link;
+/// The link and our attach in answer, or why it is refused.
+pub fn sender(env: &Env, a: &Attach) -> Result<(SenderLink, Attach), AmqpError> {
+    let (link, source) = subscribe(env, a)?;
     let mut reply = Attach::new(a.name.as_str(), a.handle, Role::Sender);
     reply.snd_settle_mode = if link.presettled {
         SenderSettleMode::Settled
@@ -88,10 +55,7 @@ fn attach_sender(s: &mut Session, cx: &mut Ctx, a: Attach) {
     reply.source = Some(source);
     reply.target = a.target.clone();
     reply.initial_delivery_count = Some(0);
-    cx.frame(s.channel, reply);
-    cx.consumers
-        .insert(link.subscription.consumer(), (s.channel, a.handle));
-    s.senders.insert(a.handle, link);
+    Ok((link, reply))
 }
 
 fn consumer_options(a: &Attach, source: &Source) -> Result<ConsumerOptions, AmqpError> {
@@ -121,10 +85,10 @@ fn consumer_options(a: &Attach, source: &Source) -> Result<ConsumerOptions, Amqp
     })
 }
 
-fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
+fn subscribe(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
     let name = a.name.as_str().to_owned();
     let Some(source) = a.source.clone() else {
-        return reattach_durable(cx, a);
+        return reattach_durable(env, a);
     };
     let mut options = consumer_options(a, &source)?;
     if !source.dynamic {
@@ -139,10 +103,10 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
     }
     let browse = options.browse;
     let presettled = a.snd_settle_mode == SenderSettleMode::Settled || browse;
-    let sink = cx.sink.clone();
+    let sink = env.sink.clone();
     if source.dynamic {
-        let temp = cx.broker.create_temporary_queue();
-        let sub = cx
+        let temp = env.broker.create_temporary_queue();
+        let sub = env
             .broker
             .subscribe(temp.name(), RoutingType::Anycast, options, sink)
             .map_err(|e| core_error(&e))?;
@@ -161,10 +125,10 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
     } = terminus::resolve(address.as_str(), &source.capabilities);
     let mut durable = None;
     let sub = match routing {
-        RoutingType::Anycast => cx.broker.subscribe(&node, routing, options, sink),
+        RoutingType::Anycast => env.broker.subscribe(&node, routing, options, sink),
         RoutingType::Multicast => {
-            match terminus::subscription_kind(&source, &name, &cx.container_id) {
-                SubscriptionKind::Plain => cx.broker.subscribe(&node, routing, options, sink),
+            match terminus::subscription_kind(&source, &name, &env.container_id) {
+                SubscriptionKind::Plain => env.broker.subscribe(&node, routing, options, sink),
                 SubscriptionKind::Named {
                     name: sub_name,
                     durable: is_durable,
@@ -172,7 +136,7 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
                     if is_durable {
                         durable = Some((node.clone(), sub_name.clone()));
                     }
-                    cx.broker
+                    env.broker
                         .subscribe_named(&node, &sub_name, is_durable, options, sink)
                 }
             }
@@ -186,18 +150,18 @@ fn subscribe(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError
 
 /// Qpid JMS unsubscribes by attaching to the subscription's link name with no source (the
 /// broker answers with the source it has, if any) and detaching with `closed`.
-fn reattach_durable(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
+fn reattach_durable(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
     let link_name = a.name.as_str();
     let global = a
         .desired_capabilities
         .iter()
         .any(|c| c.as_str() == terminus::CAP_GLOBAL);
     let candidates = [
-        terminus::subscription_name(link_name, &cx.container_id, false, false),
-        terminus::subscription_name(link_name, &cx.container_id, true, global),
-        terminus::subscription_name(link_name, &cx.container_id, true, true),
+        terminus::subscription_name(link_name, &env.container_id, false, false),
+        terminus::subscription_name(link_name, &env.container_id, true, global),
+        terminus::subscription_name(link_name, &env.container_id, true, true),
     ];
-    let names = cx.broker.queue_names();
+    let names = env.broker.queue_names();
     for sub_name in candidates {
         let suffix = format!("::durable::{sub_name}");
         let Some(topic) = names
@@ -210,14 +174,14 @@ fn reattach_durable(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), Am
             credit: CreditMode::Explicit,
             ..ConsumerOptions::default()
         };
-        let sub = cx
+        let sub = env
             .broker
-            .subscribe_named(&topic, &sub_name, true, options, cx.sink.clone())
+            .subscribe_named(&topic, &sub_name, true, options, env.sink.clone())
             .map_err(|e| core_error(&e))?;
         let source = Source {
             address: Some(Str::from(topic.as_str())),
-            durable: crate::protocol::amqp::wire::TerminusDurability::UnsettledState,
-            expiry_policy: crate::protocol::amqp::wire::ExpiryPolicy::Never,
+            durable: TerminusDurability::UnsettledState,
+            expiry_policy: ExpiryPolicy::Never,
             capabilities: vec![Symbol::from_static(terminus::CAP_TOPIC)],
             ..Source::default()
         };
@@ -229,38 +193,31 @@ fn reattach_durable(cx: &mut Ctx, a: &Attach) -> Result<(SenderLink, Source), Am
 }
 
 /// The peer sends: to a node, to the anonymous relay, to a dynamic node, or to the
-/// transaction coordinator.
-fn attach_receiver(s: &mut Session, cx: &mut Ctx, a: Attach) {
-    let (route, target) = match route(cx, &a) {
-        Ok(r) => r,
-        Err(e) => return refuse(s, cx, &a, Role::Receiver, e),
-    };
+/// transaction coordinator. The link and our attach in answer, or why it is refused.
+pub fn receiver(env: &Env, a: &Attach) -> Result<(ReceiverLink, Attach), AmqpError> {
+    let (route, target) = route(env, a)?;
     let mut reply = Attach::new(a.name.as_str(), a.handle, Role::Receiver);
     reply.snd_settle_mode = a.snd_settle_mode;
     reply.rcv_settle_mode = ReceiverSettleMode::First;
     reply.source = a.source.clone();
     reply.target = target;
-    reply.max_message_size = Some(cx.options.max_message_size);
-    cx.frame(s.channel, reply);
-    let producer = cx
+    reply.max_message_size = Some(env.max_message_size);
+    let producer = env
         .factory
         .as_ref()
         .map(|f| f.new_producer())
         .unwrap_or_default();
-    s.receivers.insert(
-        a.handle,
-        ReceiverLink {
-            route,
-            producer,
-            credit: cx.options.link_credit,
-            delivery_count: a.initial_delivery_count.unwrap_or(0),
-            partial: None,
-        },
-    );
-    s.send_link_flow(cx, a.handle);
+    let link = ReceiverLink {
+        route,
+        producer,
+        credit: env.link_credit,
+        delivery_count: a.initial_delivery_count.unwrap_or(0),
+        partial: None,
+    };
+    Ok((link, reply))
 }
 
-fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpError> {
+fn route(env: &Env, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpError> {
     let target = match &a.target {
         Some(TargetKind::Coordinator(c)) => {
             return Ok((Route::Coordinator, Some(TargetKind::Coordinator(c.clone()))))
@@ -276,11 +233,11 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
             .any(|c| c.as_str() == CAP_TEMP_TOPIC);
         let route = if temp_topic {
             let name: Arc<str> =
-                Arc::from(format!("temp-topic.{:x}", cx.broker.next_consumer_id()));
+                Arc::from(format!("temp-topic.{:x}", env.broker.next_consumer_id()));
             reply.address = Some(Str::from(&*name));
             Route::Topic { name }
         } else {
-            let temp = cx.broker.create_temporary_queue();
+            let temp = env.broker.create_temporary_queue();
             reply.address = Some(Str::from(&**temp.name()));
             Route::Temporary(temp)
         };
@@ -292,7 +249,7 @@ fn route(cx: &mut Ctx, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpEr
     let Node { name, routing } = terminus::resolve(address.as_str(), &target.capabilities);
     let route = match routing {
         RoutingType::Anycast => {
-            let queue = cx
+            let queue = env
                 .broker
                 .queue_or_create(&name, false)
                 .map_err(|e| core_error(&e))?;

@@ -1,35 +1,36 @@
 //! One AMQP connection: a task owning the socket, its sessions, and one channel on which the
 //! core hands over deliveries for every link of the connection.
 //!
-//! Handlers are synchronous and only queue frames in [`Ctx::out`]; the loop writes them all
-//! with one flush per wake-up. A durable transfer waits for its disk write in
-//! [`Ctx::written`] (oldest first, as the store answers); other work that must wait
-//! (a transfer held back by flow control, a transaction) runs as a future in
-//! [`Ctx::waiting`]. Both come back as dispositions.
+//! Handlers are synchronous and only queue frames in [`Outgoing`]; the loop writes them all
+//! with one flush per wake-up. A transfer whose disposition must wait (for its disk write,
+//! or a transaction) is held in [`Waits`], and comes back as a disposition.
+//!
+//! Sessions get only the parts of the connection a handler reads or changes: the
+//! [`Env`] to read, and the frames going out, the consumer map, the transactions, the
+//! waits or the pending acks to change.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use super::env::Env;
 use super::handshake::{self, HandshakeError};
+use super::link::Consumers;
 use super::outgoing::Outgoing;
-use super::session::{Session, SessionError};
-use crate::core::consumer::{ConsumerId, Delivery, DeliverySink};
+use super::session::{CoreDrain, Session, SessionError};
+use super::txn::Txns;
+use super::waits::{oldest_written, Settled, Waits};
+use crate::core::consumer::Delivery;
 use crate::core::deliveries::WakeBatch;
-use crate::core::factory::ConnectionFactory;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
-use crate::core::receipt::Written;
-use crate::core::{Broker, CoreError, TransactionLimits, Transactions};
+use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
-use crate::protocol::amqp::wire::definitions::{AmqpError, DeliveryState};
+use crate::protocol::amqp::wire::definitions::AmqpError;
 use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
 use dashmap::DashMap;
-use futures_util::future::BoxFuture;
-use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,104 +118,6 @@ pub const CAP_ANONYMOUS_RELAY: &str = "ANONYMOUS-RELAY";
 pub const CAP_SHARED_SUBS: &str = "SHARED-SUBS";
 pub const CAP_SOLE_CONNECTION: &str = "sole-connection-for-container";
 
-/// A disk write finished: the disposition it was holding back.
-#[derive(Debug)]
-pub struct Settled {
-    pub channel: u16,
-    pub generation: u64,
-    pub delivery_id: u32,
-    pub state: DeliveryState,
-}
-
-/// A transfer settled once its message is on disk.
-pub struct WaitingWrite {
-    pub channel: u16,
-    pub generation: u64,
-    pub delivery_id: u32,
-    pub written: Written,
-}
-
-/// The outcome of the oldest waiting write, once the disk has answered.
-fn oldest_written(
-    queue: &mut VecDeque<WaitingWrite>,
-) -> impl std::future::Future<Output = Result<(), CoreError>> + '_ {
-    std::future::poll_fn(move |cx| match queue.front_mut() {
-        Some(w) => std::future::Future::poll(std::pin::Pin::new(&mut w.written), cx),
-        None => std::task::Poll::Pending,
-    })
-}
-
-/// Connection-wide state that sessions and links work with.
-pub struct Ctx {
-    pub broker: Broker,
-    pub options: AmqpOptions,
-    pub container_id: String,
-    pub factory: Option<ConnectionFactory>,
-    /// Frames to write at the next flush, already encoded.
-    pub out: Outgoing,
-    pub sink: DeliverySink,
-    /// The wall clock (epoch ms) when the frames being handled were read: a
-    /// message's arrival time. Read once per wake-up, not per message (a
-    /// clock read was 1.5% of the worker's time under load); every frame of a
-    /// wake-up is handled without waiting, so it is off by well under a
-    /// millisecond.
-    pub read_at_ms: u64,
-    /// Which link each consumer delivers to: (channel, handle).
-    pub consumers: FastMap<ConsumerId, (u16, u32)>,
-    pub waiting: FuturesUnordered<BoxFuture<'static, Settled>>,
-    /// Transfers waiting for nothing but their disk write, oldest first: the store
-    /// answers in submission order, so only the front is polled.
-    pub written: VecDeque<WaitingWrite>,
-    /// Open transactions by id (see `txn`); ids come from `declared`.
-    pub txns: Transactions<Bytes>,
-    pub declared: u64,
-    /// The peer's frame limit.
-    pub remote_max_frame: u32,
-    /// A link told the core to drain: what the core dispatched is in our channel
-    /// and must be sent before the drain is answered.
-    pub drains_pending: bool,
-    /// Acks of pre-settled deliveries waiting for a free queue.
-    pub pending_acks: PendingAcks,
-    /// Where a delivery too large for one frame is built before it is split:
-    /// cut from a shared chunk instead of taking an allocation of its own.
-    pub staging: Staging,
-    next_generation: u64,
-}
-
-/// Bytes for outgoing frames, cut from chunks of [`Staging::CHUNK`] bytes.
-#[derive(Default)]
-pub struct Staging(BytesMut);
-
-impl Staging {
-    const CHUNK: usize = 64 * 1024;
-
-    /// A buffer with room for `len` bytes, to fill and then `take`.
-    pub fn room(&mut self, len: usize) -> &mut BytesMut {
-        if self.0.capacity() < len {
-            // What is still unused of the old chunk stays with the slices cut from it.
-            self.0 = BytesMut::with_capacity(len.max(Self::CHUNK));
-        }
-        &mut self.0
-    }
-
-    /// What was written since the last `take`.
-    pub fn take(&mut self) -> bytes::Bytes {
-        self.0.split().freeze()
-    }
-}
-
-impl Ctx {
-    pub fn frame(&mut self, channel: u16, performative: impl Into<Performative>) {
-        self.out
-            .push(Frame::Amqp(AmqpFrame::bare(channel, performative)));
-    }
-
-    pub fn generation(&mut self) -> u64 {
-        self.next_generation += 1;
-        self.next_generation
-    }
-}
-
 /// Why a connection ends.
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
@@ -261,25 +164,23 @@ where
     let (sink, deliveries) = crate::core::deliveries::channel();
     let mut conn = Connection {
         framed,
-        cx: Ctx {
+        env: Env {
             broker,
+            sink,
             container_id: String::new(),
             factory: None,
-            out: Outgoing::default(),
-            sink,
+            max_message_size: options.max_message_size,
+            link_credit: options.link_credit,
             read_at_ms: now_ms(),
-            consumers: FastMap::default(),
-            waiting: FuturesUnordered::new(),
-            written: VecDeque::new(),
-            txns: Transactions::new(options.transactions),
-            declared: 0,
-            remote_max_frame: u32::MAX,
-            drains_pending: false,
-            pending_acks: PendingAcks::default(),
-            staging: Staging::default(),
-            next_generation: 0,
-            options,
         },
+        out: Outgoing::default(),
+        consumers: Consumers::default(),
+        waits: Waits::default(),
+        txns: Txns::new(options.transactions),
+        pending_acks: PendingAcks::default(),
+        drain: CoreDrain::Idle,
+        next_generation: 0,
+        options,
         deliveries,
         sessions: FastMap::default(),
         claim: None,
@@ -299,8 +200,8 @@ where
             ConnError::Codec(c) => AmqpError::from(c),
         };
         tracing::info!(condition = error.condition.as_str(), description = ?error.description, "closing connection");
-        conn.cx.out.clear();
-        conn.cx.frame(0, Close { error: Some(error) });
+        conn.out.clear();
+        conn.out.frame(0, Close { error: Some(error) });
         let _ = conn.flush().await;
     }
     conn.end_sessions();
@@ -308,7 +209,18 @@ where
 
 struct Connection<S> {
     framed: Framed<S, AmqpFrameCodec>,
-    cx: Ctx,
+    options: AmqpOptions,
+    /// What sessions read.
+    env: Env,
+    /// Frames to write at the next flush, already encoded.
+    out: Outgoing,
+    consumers: Consumers,
+    waits: Waits,
+    txns: Txns,
+    /// Acks of pre-settled deliveries waiting for a free queue.
+    pending_acks: PendingAcks,
+    drain: CoreDrain,
+    next_generation: u64,
     deliveries: crate::core::deliveries::Deliveries,
     /// By the peer's channel number (ours is the same).
     sessions: FastMap<u16, Session>,
@@ -340,9 +252,9 @@ where
                 }
             }
         };
-        self.cx.container_id = open.container_id.as_str().to_owned();
-        let options = &self.cx.options;
-        let mut reply = Open::new(&format!("weir-{:x}", self.cx.broker.next_consumer_id()));
+        self.env.container_id = open.container_id.as_str().to_owned();
+        let options = &self.options;
+        let mut reply = Open::new(&format!("weir-{:x}", self.env.broker.next_consumer_id()));
         reply.max_frame_size = options.max_frame_size;
         reply.channel_max = options.channel_max.min(open.channel_max);
         if !options.idle_timeout.is_zero() {
@@ -362,7 +274,7 @@ where
             .iter()
             .any(|c| c.as_str() == CAP_SOLE_CONNECTION);
         if sole {
-            match self.cx.options.containers.claim(&self.cx.container_id) {
+            match self.options.containers.claim(&self.env.container_id) {
                 Some(claim) => self.claim = Some(claim),
                 None => {
                     // Qpid JMS reads this pair as InvalidClientIDException.
@@ -370,7 +282,7 @@ where
                         Value::symbol("amqp:connection-establishment-failed"),
                         Value::Bool(true),
                     )]);
-                    self.cx.frame(0, reply);
+                    self.out.frame(0, reply);
                     let mut error = AmqpError::new(
                         condition::INVALID_FIELD,
                         Some("a connection with this container id is already open"),
@@ -379,43 +291,42 @@ where
                         Value::symbol("invalid-field"),
                         Value::symbol("container-id"),
                     )]);
-                    self.cx.frame(0, Close { error: Some(error) });
+                    self.out.frame(0, Close { error: Some(error) });
                     let _ = self.flush().await;
                     return Ok(false);
                 }
             }
         }
-        self.cx.factory = open
+        self.env.factory = open
             .hostname
             .as_ref()
-            .and_then(|h| self.cx.broker.connection_factory(h.as_str()))
+            .and_then(|h| self.env.broker.connection_factory(h.as_str()))
             .or_else(|| {
                 options
                     .connection_factory
                     .as_deref()
-                    .and_then(|n| self.cx.broker.connection_factory(n))
+                    .and_then(|n| self.env.broker.connection_factory(n))
             })
             .cloned();
-        self.cx.remote_max_frame = open.max_frame_size;
+        self.out.set_split_at(open.max_frame_size);
         self.framed
             .codec_mut()
             .set_remote_max_frame_size(open.max_frame_size);
-        self.cx
-            .out
+        self.out
             .set_max_frame(self.framed.codec().remote_max_frame_size());
         // Heart-beat at half the peer's timeout, as the spec suggests.
         self.remote_idle = open
             .idle_time_out
             .filter(|t| *t > 0)
             .map(|t| Duration::from_millis(u64::from(t) / 2));
-        tracing::debug!(container = %self.cx.container_id, "open");
-        self.cx.frame(0, reply);
+        tracing::debug!(container = %self.env.container_id, "open");
+        self.out.frame(0, reply);
         self.flush().await?;
         Ok(true)
     }
 
     async fn main_loop(&mut self, shutdown: &mut broadcast::Receiver<()>) -> Result<(), ConnError> {
-        let ours = self.cx.options.idle_timeout;
+        let ours = self.options.idle_timeout;
         let tick = [self.remote_idle, (!ours.is_zero()).then_some(ours)]
             .into_iter()
             .flatten()
@@ -429,7 +340,7 @@ where
                 item = self.framed.next() => {
                     // Once per wake-up, not per frame: the idle check needs no finer clock.
                     self.last_read = Instant::now();
-                    self.cx.read_at_ms = now_ms();
+                    self.env.read_at_ms = now_ms();
                     if self.read_batch(item)? {
                         // The peer closed or went away: what we owe it goes out if it can.
                         let _ = self.flush().await;
@@ -448,25 +359,25 @@ where
                     self.complete_drains();
                 }
                 // Lets the tasks holding the queue go first, then acks for sure.
-                _ = tokio::task::yield_now(), if !self.cx.pending_acks.is_empty() => {
-                    self.cx.pending_acks.apply();
+                _ = tokio::task::yield_now(), if !self.pending_acks.is_empty() => {
+                    self.pending_acks.apply();
                 }
-                result = oldest_written(&mut self.cx.written), if !self.cx.written.is_empty() => {
+                result = oldest_written(&mut self.waits.written), if !self.waits.written.is_empty() => {
                     self.written(result);
                     // The rest of a group commit is answered already: one flush for all.
                     for _ in 0..1024 {
-                        match self.cx.written.front_mut().and_then(|w| w.written.answered()) {
+                        match self.waits.answered() {
                             Some(result) => self.written(result),
                             None => break,
                         }
                     }
                 }
-                Some(settled) = self.cx.waiting.next(), if !self.cx.waiting.is_empty() => {
+                Some(settled) = self.waits.waiting.next(), if !self.waits.waiting.is_empty() => {
                     self.settled(settled);
                     // One disk write completes a whole window of transfers at once: answer
                     // them all with one flush (ranged dispositions), not a write each.
                     for _ in 0..1024 {
-                        match self.cx.waiting.next().now_or_never() {
+                        match self.waits.waiting.next().now_or_never() {
                             Some(Some(settled)) => self.settled(settled),
                             _ => break,
                         }
@@ -479,7 +390,7 @@ where
                         return Err(close_error(condition::RESOURCE_LIMIT_EXCEEDED, "idle timeout: nothing received"));
                     }
                     if let Some(every) = self.remote_idle {
-                        if self.cx.out.is_empty() && self.last_write.elapsed() >= every {
+                        if self.out.is_empty() && self.last_write.elapsed() >= every {
                             self.framed.send(Outbound::Heartbeat).await?;
                             self.last_write = Instant::now();
                         }
@@ -489,12 +400,12 @@ where
                     return Err(close_error(condition::CONNECTION_FORCED, "broker shutting down"));
                 }
             }
-            if !self.cx.out.is_empty() {
+            if !self.out.is_empty() {
                 self.flush().await?;
             }
             // Pre-settled deliveries count as consumed once written: one ack for the batch.
-            if !self.cx.pending_acks.is_empty() {
-                self.cx.pending_acks.try_apply();
+            if !self.pending_acks.is_empty() {
+                self.pending_acks.try_apply();
             }
         }
     }
@@ -532,21 +443,15 @@ where
 
     /// The oldest waiting write is on disk (or failed): settle its transfer.
     fn written(&mut self, result: Result<(), CoreError>) {
-        let Some(w) = self.cx.written.pop_front() else {
-            return;
-        };
-        self.settled(Settled {
-            channel: w.channel,
-            generation: w.generation,
-            delivery_id: w.delivery_id,
-            state: super::session::write_outcome(result),
-        });
+        if let Some(settled) = self.waits.take_written(result) {
+            self.settled(settled);
+        }
     }
 
     /// A disk write (or transaction) finished for a transfer the peer sent.
     fn settled(&mut self, settled: Settled) {
-        if let Some(session) = self.sessions.get_mut(&settled.channel) {
-            session.settled(&mut self.cx, settled);
+        if let Some(session) = self.sessions.get_mut(&settled.received.channel) {
+            session.settled(&mut self.out, settled);
         }
     }
 
@@ -589,14 +494,14 @@ where
             Performative::Detach(_) | Performative::End(_) | Performative::Close(_)
         ) {
             // A consumer may be going away: what it was sent is consumed.
-            self.cx.pending_acks.apply();
+            self.pending_acks.apply();
         }
         match performative {
             Performative::Close(close) => {
                 if let Some(e) = close.error {
                     tracing::debug!(condition = e.condition.as_str(), "peer closed with error");
                 }
-                self.cx.frame(0, Close::default());
+                self.out.frame(0, Close::default());
                 Ok(true)
             }
             Performative::Open(_) => Err(close_error(condition::ILLEGAL_STATE, "second open")),
@@ -613,14 +518,14 @@ where
                         "channel already in use",
                     ));
                 }
-                if channel > self.cx.options.channel_max {
+                if channel > self.options.channel_max {
                     return Err(close_error(
                         condition::NOT_ALLOWED,
                         "channel over channel-max",
                     ));
                 }
-                let generation = self.cx.generation();
-                let session = Session::begin(&mut self.cx, channel, generation, &begin);
+                self.next_generation += 1;
+                let session = Session::begin(&mut self.out, channel, self.next_generation, &begin);
                 self.sessions.insert(channel, session);
                 Ok(false)
             }
@@ -633,7 +538,7 @@ where
                 };
                 let ending = session.is_ending();
                 let is_flow = matches!(other, Performative::Flow(_));
-                let result = session.handle(&mut self.cx, other, payload);
+                let result = self.session_frame(channel, other, payload);
                 if is_flow && result.is_ok() {
                     self.complete_drains();
                 }
@@ -644,13 +549,15 @@ where
                     Ok(true) => {
                         if let Some(mut s) = self.sessions.remove(&channel) {
                             if !ending {
-                                s.end(&mut self.cx, None);
+                                s.end(&mut self.out, &mut self.consumers, None);
                             }
                         }
                     }
                     Ok(false) => {}
                     // Kept until the peer's end, so its frames in flight still find it.
-                    Err(SessionError::End(error)) => session.end(&mut self.cx, Some(error)),
+                    Err(SessionError::End(error)) => {
+                        session.end(&mut self.out, &mut self.consumers, Some(error))
+                    }
                     Err(SessionError::Connection(error)) => return Err(ConnError::Close(error)),
                 }
                 Ok(false)
@@ -658,35 +565,95 @@ where
         }
     }
 
+    /// Hands a frame to the session on `channel`, with what its handler works with.
+    /// `Ok(true)` when the session is over.
+    fn session_frame(
+        &mut self,
+        channel: u16,
+        performative: Performative,
+        payload: Bytes,
+    ) -> Result<bool, SessionError> {
+        let Some(session) = self.sessions.get_mut(&channel) else {
+            return Ok(false);
+        };
+        if session.is_ending() {
+            // Everything but the peer's end is moot now.
+            return Ok(matches!(performative, Performative::End(_)));
+        }
+        match performative {
+            Performative::End(end) => {
+                if let Some(e) = end.error {
+                    tracing::debug!(
+                        condition = e.condition.as_str(),
+                        "peer ended session with error"
+                    );
+                }
+                return Ok(true);
+            }
+            Performative::Attach(attach) => {
+                session.attach(&self.env, &mut self.out, &mut self.consumers, *attach)?
+            }
+            Performative::Detach(detach) => {
+                session.detach(&self.env, &mut self.out, &mut self.consumers, detach)?
+            }
+            Performative::Flow(flow) => {
+                self.drain =
+                    session.flow(&mut self.out, &mut self.pending_acks, self.drain, flow)?
+            }
+            Performative::Transfer(transfer) => session.transfer(
+                &self.env,
+                &mut self.out,
+                &mut self.txns,
+                &mut self.waits,
+                transfer,
+                payload,
+            )?,
+            Performative::Disposition(d) => session.disposition(&mut self.out, &mut self.txns, d),
+            other => {
+                return Err(SessionError::Connection(AmqpError::new(
+                    condition::ILLEGAL_STATE,
+                    Some(&format!("{} on a session channel", other.name())),
+                )))
+            }
+        }
+        Ok(false)
+    }
+
     /// A drain makes the core dispatch at once into our channel: send all of
     /// that before telling the peer the drain is over.
     fn complete_drains(&mut self) {
-        if !self.cx.drains_pending {
+        if self.drain == CoreDrain::Idle {
             return;
         }
         while let Ok(d) = self.deliveries.try_recv() {
             self.deliver(d);
         }
-        self.cx.drains_pending = false;
+        self.drain = CoreDrain::Idle;
         for session in self.sessions.values_mut() {
-            session.finish_drains(&mut self.cx);
+            session.finish_drains(&mut self.out);
         }
     }
 
     fn deliver(&mut self, delivery: Delivery) {
-        let Some(&(channel, handle)) = self.cx.consumers.get(&delivery.consumer) else {
+        let Some(&(channel, handle)) = self.consumers.get(&delivery.consumer) else {
             // The link went away; the core returns the message when the consumer detaches.
             return;
         };
         if let Some(session) = self.sessions.get_mut(&channel) {
-            session.deliver(&mut self.cx, handle, delivery);
+            self.drain = session.deliver(
+                &mut self.out,
+                &mut self.pending_acks,
+                self.drain,
+                handle,
+                delivery,
+            );
         }
     }
 
     /// Writes every frame waiting, in one vectored write when large payloads
     /// are queued beside the encoded frames (see [`Outgoing`]).
     async fn flush(&mut self) -> Result<(), ConnError> {
-        self.cx.out.write_to(&mut self.framed).await?;
+        self.out.write_to(&mut self.framed).await?;
         self.last_write = Instant::now();
         Ok(())
     }
@@ -694,7 +661,7 @@ where
     /// Publishes what each session has batched (see [`Session::flush_sends`]).
     fn flush_sends(&mut self) {
         for session in self.sessions.values_mut() {
-            session.flush_sends(&mut self.cx);
+            session.flush_sends(&self.env.broker, &mut self.out, &mut self.waits);
         }
     }
 
@@ -702,11 +669,11 @@ where
     fn end_sessions(&mut self) {
         // Messages received whole are published even as the connection ends.
         self.flush_sends();
-        self.cx.pending_acks.apply();
+        self.pending_acks.apply();
         // Nothing of an undischarged transaction happens; what it settled comes back.
-        self.cx.txns.rollback_all();
+        self.txns.open.rollback_all();
         for (_, mut session) in self.sessions.drain() {
-            session.release_all(&mut self.cx);
+            session.release_all(&mut self.consumers);
         }
     }
 }

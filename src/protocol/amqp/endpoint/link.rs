@@ -8,14 +8,18 @@
 
 use super::txn::Dest;
 use crate::core::broker::{Subscription, TemporaryQueue};
-use crate::core::consumer::Delivery;
+use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::factory::ProducerGroup;
+use crate::core::fast_map::FastMap;
 use crate::core::queue::Queue;
 use crate::core::{Broker, CoreError, RoutingType};
 use crate::protocol::amqp::wire::performatives::sender_credit;
 use bytes::{Bytes, BytesMut};
 use std::collections::VecDeque;
 use std::sync::Arc;
+
+/// Which link each consumer of a connection delivers to: (channel, handle).
+pub type Consumers = FastMap<ConsumerId, (u16, u32)>;
 
 /// A link on which the broker sends (the peer's receiver).
 pub struct SenderLink {

@@ -3,8 +3,10 @@
 //! between AMQP messages and the core's.
 
 mod attach;
+mod condition;
 pub mod connection;
 pub mod convert;
+mod env;
 mod handshake;
 mod link;
 mod outgoing;
@@ -12,5 +14,6 @@ mod send_batch;
 mod session;
 mod terminus;
 mod txn;
+mod waits;
 
 pub use connection::{serve, AmqpOptions, ContainerRegistry};

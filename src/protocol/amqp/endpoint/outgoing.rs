@@ -15,10 +15,11 @@ use tokio::io::AsyncWrite;
 use tokio_util::codec::Framed;
 
 use crate::protocol::amqp::wire::codec::{
-    begin_frame, encode_frame_sharing, finish_frame, AmqpFrameCodec, Frame, FRAME_TYPE_AMQP,
+    begin_frame, encode_frame_sharing, finish_frame, AmqpFrame, AmqpFrameCodec, Frame,
+    FRAME_TYPE_AMQP,
 };
 use crate::protocol::amqp::wire::error::AmqpCodecError;
-use crate::protocol::amqp::wire::performatives::encode_delivery_start;
+use crate::protocol::amqp::wire::performatives::{encode_delivery_start, Performative, Transfer};
 use crate::protocol::write_parts::WriteParts;
 
 /// A buffer this large after a flush is given up for a fresh one, so a burst
@@ -27,6 +28,9 @@ const KEEP_AT_MOST: usize = 256 * 1024;
 
 /// Room a buffer starts with (and gets back when it gave up a large one).
 const START_WITH: usize = 64 * 1024;
+
+/// What a transfer performative may take in a frame, with room to spare.
+const TRANSFER_OVERHEAD: usize = 64;
 
 /// Where a delivery went: into the outgoing bytes as one frame, or back to the
 /// caller because it needs several.
@@ -50,8 +54,13 @@ pub struct Outgoing {
     parts: WriteParts,
     /// Queued but not yet encoded (see the module comment).
     last: Option<Frame>,
-    /// The peer's max-frame-size.
+    /// The peer's max-frame-size, as the codec enforces it.
     max_frame: u32,
+    /// The peer's max-frame-size as it announced it: what a delivery too
+    /// large for one frame is split to.
+    split_at: u32,
+    /// Where a delivery too large for one frame is built before it is split.
+    staging: Staging,
     /// A frame that could not be encoded: nothing after it is queued, and the
     /// flush reports it once what came before is written.
     failed: Option<AmqpCodecError>,
@@ -64,6 +73,8 @@ impl Default for Outgoing {
             parts: WriteParts::default(),
             last: None,
             max_frame: u32::MAX,
+            split_at: u32::MAX,
+            staging: Staging::default(),
             failed: None,
         }
     }
@@ -72,6 +83,12 @@ impl Default for Outgoing {
 impl Outgoing {
     pub fn set_max_frame(&mut self, max: u32) {
         self.max_frame = max;
+    }
+
+    /// The peer's max-frame-size as its `open` gave it (the codec raises it to the
+    /// spec's minimum; a split delivery uses it as it is).
+    pub fn set_split_at(&mut self, announced: u32) {
+        self.split_at = announced;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -84,6 +101,11 @@ impl Outgoing {
         if self.failed.is_none() {
             self.last = Some(frame);
         }
+    }
+
+    /// Queues a frame without a payload.
+    pub fn frame(&mut self, channel: u16, performative: impl Into<Performative>) {
+        self.push(Frame::Amqp(AmqpFrame::bare(channel, performative)));
     }
 
     /// The frame queued last, while it can still change.
@@ -127,6 +149,81 @@ impl Outgoing {
         }
         self.parts.put_body(&mut self.buf, &tail);
         Placed::OneFrame
+    }
+
+    /// Queues a delivery that [`Outgoing::delivery`] found too large for one
+    /// frame, split to the peer's frame size: `write_message` fills a buffer of
+    /// `len` bytes (and may return a tail). Returns how many frames (transfer
+    /// ids) it took.
+    pub fn split_delivery(
+        &mut self,
+        start: DeliveryStart,
+        len: usize,
+        write_message: impl FnOnce(&mut BytesMut) -> Option<Bytes>,
+    ) -> u32 {
+        let tail = write_message(self.staging.room(len));
+        let payload = self.staging.take();
+        self.send_transfer(start, payload, tail.unwrap_or_default())
+    }
+
+    /// Queues the transfer frames of one delivery, split to the peer's frame size; returns
+    /// how many frames (transfer ids) it took.
+    fn send_transfer(&mut self, start: DeliveryStart, payload: Bytes, tail: Bytes) -> u32 {
+        let DeliveryStart {
+            channel,
+            handle,
+            delivery_id,
+            settled,
+        } = start;
+        let limit = (self.split_at as usize)
+            .saturating_sub(8 + TRANSFER_OVERHEAD)
+            .max(64);
+        // One frame takes the tail as it is; split over several, the payload is one piece.
+        let (mut rest, mut tail) = if payload.len() + tail.len() <= limit || tail.is_empty() {
+            (payload, tail)
+        } else {
+            let whole = self.staging.room(payload.len() + tail.len());
+            whole.extend_from_slice(&payload);
+            whole.extend_from_slice(&tail);
+            (self.staging.take(), Bytes::new())
+        };
+        let mut first = true;
+        let mut frames = 0;
+        loop {
+            let chunk = rest.split_to(rest.len().min(limit));
+            let more = !rest.is_empty();
+            let transfer = if first {
+                Transfer {
+                    handle,
+                    delivery_id: Some(delivery_id),
+                    delivery_tag: Some({
+                        bytes::BufMut::put_u32(self.staging.room(4), delivery_id);
+                        self.staging.take()
+                    }),
+                    message_format: Some(0),
+                    settled: Some(settled),
+                    more,
+                    ..Transfer::default()
+                }
+            } else {
+                Transfer {
+                    handle,
+                    more,
+                    ..Transfer::default()
+                }
+            };
+            self.push(Frame::Amqp(AmqpFrame {
+                channel,
+                performative: transfer.into(),
+                payload: chunk,
+                payload_tail: std::mem::take(&mut tail),
+            }));
+            frames += 1;
+            first = false;
+            if !more {
+                return frames;
+            }
+        }
     }
 
     fn encode_last(&mut self) {
@@ -173,6 +270,30 @@ impl Outgoing {
         let mut all = self.parts.gathered();
         all.extend_from_slice(&self.buf);
         all
+    }
+}
+
+/// Bytes for outgoing frames, cut from chunks of [`Staging::CHUNK`] bytes:
+/// a delivery too large for one frame is built here before it is split, not in
+/// an allocation of its own.
+#[derive(Default)]
+struct Staging(BytesMut);
+
+impl Staging {
+    const CHUNK: usize = 64 * 1024;
+
+    /// A buffer with room for `len` bytes, to fill and then `take`.
+    fn room(&mut self, len: usize) -> &mut BytesMut {
+        if self.0.capacity() < len {
+            // What is still unused of the old chunk stays with the slices cut from it.
+            self.0 = BytesMut::with_capacity(len.max(Self::CHUNK));
+        }
+        &mut self.0
+    }
+
+    /// What was written since the last `take`.
+    fn take(&mut self) -> Bytes {
+        self.0.split().freeze()
     }
 }
 

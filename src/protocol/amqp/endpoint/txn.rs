@@ -2,10 +2,11 @@
 //! core's transactions, which hold transactional transfers and dispositions
 //! and apply them whole at discharge, or not at all.
 
+use super::condition::core_condition;
 use crate::core::broker::RoutingType;
 use crate::core::consumer::Release;
 use crate::core::queue::Queue;
-use crate::core::{Settlement, Target, TransactionError};
+use crate::core::{Settlement, Target, TransactionError, TransactionLimits, Transactions};
 use crate::protocol::amqp::wire::definitions::DeliveryState;
 use crate::protocol::amqp::wire::error::condition;
 use bytes::Bytes;
@@ -29,10 +30,27 @@ impl<Q: std::borrow::Borrow<Arc<Queue>>> Dest<Q> {
     }
 }
 
-/// The id for the next declared transaction; ids are never reused on a connection.
-pub fn next_id(declared: &mut u64) -> Bytes {
-    *declared += 1;
-    Bytes::copy_from_slice(&declared.to_be_bytes())
+/// A connection's open transactions, by the ids it declared.
+pub struct Txns {
+    pub open: Transactions<Bytes>,
+    declared: u64,
+}
+
+impl Txns {
+    pub fn new(limits: TransactionLimits) -> Self {
+        Txns {
+            open: Transactions::new(limits),
+            declared: 0,
+        }
+    }
+
+    /// Opens a transaction under a new id; ids are never reused on a connection.
+    pub fn declare(&mut self) -> Result<Bytes, TransactionError> {
+        self.declared += 1;
+        let id = Bytes::copy_from_slice(&self.declared.to_be_bytes());
+        self.open.begin(id.clone())?;
+        Ok(id)
+    }
 }
 
 /// What a peer's outcome does to a delivery.
@@ -66,7 +84,7 @@ pub fn condition_of(e: &TransactionError) -> &'static str {
         TransactionError::TooManyOpen { .. }
         | TransactionError::TooManyOps { .. }
         | TransactionError::TooManyBytes { .. } => condition::RESOURCE_LIMIT_EXCEEDED,
-        TransactionError::Core(e) => super::session::core_condition(e),
+        TransactionError::Core(e) => core_condition(e),
         TransactionError::Protocol(_) => condition::INVALID_FIELD,
     }
 }
