@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 
+use super::composite::{composite, ToField};
 use super::described::{list_fields, Composite, FieldReader, ListWriter};
 use super::error::{AmqpCodecError, Result};
 use super::types::decode::{
@@ -47,75 +48,65 @@ impl Default for Header {
     }
 }
 
-impl Composite for Header {
-    const CODE: u64 = HEADER;
-    const NAME: &'static str = "header";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Header {
-            durable: r.get_or("durable", false)?,
-            priority: r.get_or("priority", 4)?,
-            ttl: r.get("ttl")?,
-            first_acquirer: r.get_or("first-acquirer", false)?,
-            delivery_count: r.get_or("delivery-count", 0)?,
-        })
+composite! {
+    Header = HEADER, "header" {
+        durable = "durable": default(false),
+        priority = "priority": default(4),
+        ttl = "ttl": opt,
+        first_acquirer = "first-acquirer": default(false),
+        delivery_count = "delivery-count": default(0),
     }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.bool_default(self.durable, false);
-        w.ubyte((self.priority != 4).then_some(self.priority));
-        w.uint(self.ttl);
-        w.bool_default(self.first_acquirer, false);
-        w.uint_default(self.delivery_count, 0);
-    }
-
-    /// What `encode_fields` writes, laid out on the stack and appended once: every
-    /// message the broker sends over AMQP gets a fresh header.
-    fn encode(&self, buf: &mut BytesMut) {
-        let mut out = [code::NULL; 20];
-        out[..4].copy_from_slice(&[code::DESCRIBED, code::SMALLULONG, HEADER as u8, code::LIST8]);
-        // Fields at defaults are nulls; trailing nulls are left off. `end` is where
-        // the last field that is not ends, and how many fields that makes.
-        let mut at = 6;
-        let mut end = (at, 0u8);
-        if self.durable {
-            out[at] = code::TRUE;
-            end = (at + 1, 1);
-        }
-        at += 1;
-        if self.priority != 4 {
-            out[at] = code::UBYTE;
-            out[at + 1] = self.priority;
-            at += 2;
-            end = (at, 2);
-        } else {
-            at += 1;
-        }
-        match self.ttl {
-            Some(ttl) => {
-                at = encode::uint_at(&mut out, at, ttl);
-                end = (at, 3);
+    extra {
+        /// What `encode_fields` writes, laid out on the stack and appended once: every
+        /// message the broker sends over AMQP gets a fresh header.
+        fn encode(&self, buf: &mut BytesMut) {
+            let mut out = [code::NULL; 20];
+            out[..4].copy_from_slice(&[code::DESCRIBED, code::SMALLULONG, HEADER as u8, code::LIST8]);
+            // Fields at defaults are nulls; trailing nulls are left off. `end` is where
+            // the last field that is not ends, and how many fields that makes.
+            let mut at = 6;
+            let mut end = (at, 0u8);
+            if self.durable {
+                out[at] = code::TRUE;
+                end = (at + 1, 1);
             }
-            None => at += 1,
-        }
-        if self.first_acquirer {
-            out[at] = code::TRUE;
-            end = (at + 1, 4);
-        }
-        at += 1;
-        if self.delivery_count != 0 {
-            end = (encode::uint_at(&mut out, at, self.delivery_count), 5);
-        }
-        match end {
-            (_, 0) => buf.extend_from_slice(&[
-                code::DESCRIBED,
-                code::SMALLULONG,
-                HEADER as u8,
-                code::LIST0,
-            ]),
-            (len, count) => {
-                // A list8's size counts its count byte and fields: all after itself.
-                out[4] = (len - 5) as u8;
-                out[5] = count;
-                buf.extend_from_slice(&out[..len]);
+            at += 1;
+            if self.priority != 4 {
+                out[at] = code::UBYTE;
+                out[at + 1] = self.priority;
+                at += 2;
+                end = (at, 2);
+            } else {
+                at += 1;
+            }
+            match self.ttl {
+                Some(ttl) => {
+                    at = encode::uint_at(&mut out, at, ttl);
+                    end = (at, 3);
+                }
+                None => at += 1,
+            }
+            if self.first_acquirer {
+                out[at] = code::TRUE;
+                end = (at + 1, 4);
+            }
+            at += 1;
+            if self.delivery_count != 0 {
+                end = (encode::uint_at(&mut out, at, self.delivery_count), 5);
+            }
+            match end {
+                (_, 0) => buf.extend_from_slice(&[
+                    code::DESCRIBED,
+                    code::SMALLULONG,
+                    HEADER as u8,
+                    code::LIST0,
+                ]),
+                (len, count) => {
+                    // A list8's size counts its count byte and fields: all after itself.
+                    out[4] = (len - 5) as u8;
+                    out[5] = count;
+                    buf.extend_from_slice(&out[..len]);
+                }
             }
         }
     }
@@ -145,6 +136,10 @@ impl MessageId {
                 })
             }
         })
+    }
+
+    fn write(id: &Option<Self>, w: &mut ListWriter<'_>) {
+        w.opt(id.as_ref(), |m, b| m.to_value().encode(b));
     }
 
     pub fn to_value(&self) -> Value {
@@ -182,52 +177,39 @@ fn read_address(r: &mut FieldReader<'_>) -> Result<Option<Str>> {
     super::definitions::read_address(r, Properties::NAME)
 }
 
-impl Composite for Properties {
-    const CODE: u64 = PROPERTIES;
-    const NAME: &'static str = "properties";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Properties {
-            message_id: MessageId::read(r, "message-id")?,
-            user_id: r.get("user-id")?,
-            to: read_address(r)?,
-            subject: r.get("subject")?,
-            reply_to: read_address(r)?,
-            correlation_id: MessageId::read(r, "correlation-id")?,
-            content_type: r.get("content-type")?,
-            content_encoding: r.get("content-encoding")?,
-            absolute_expiry_time: r.timestamp("absolute-expiry-time")?,
-            creation_time: r.timestamp("creation-time")?,
-            group_id: r.get("group-id")?,
-            // Tolerate a signed int from sloppy clients (-1 becomes 4294967295, as in JMS).
-            group_sequence: match r.value()? {
-                None => None,
-                Some(Value::Uint(v)) => Some(v),
-                Some(Value::Int(v)) => Some(v as u32),
-                Some(_) => {
-                    return Err(AmqpCodecError::InvalidField {
-                        composite: Self::NAME,
-                        field: "group-sequence",
-                    })
-                }
-            },
-            reply_to_group_id: r.get("reply-to-group-id")?,
-        })
+composite! {
+    Properties = PROPERTIES, "properties" {
+        message_id: with(|r| MessageId::read(r, "message-id"), MessageId::write),
+        user_id = "user-id": opt,
+        to: with(read_address, ToField::put_opt),
+        subject = "subject": opt,
+        reply_to: with(read_address, ToField::put_opt),
+        correlation_id: with(|r| MessageId::read(r, "correlation-id"), MessageId::write),
+        content_type = "content-type": opt,
+        content_encoding = "content-encoding": opt,
+        absolute_expiry_time = "absolute-expiry-time": timestamp,
+        creation_time = "creation-time": timestamp,
+        group_id = "group-id": opt,
+        group_sequence: with(read_group_sequence, ToField::put_opt),
+        reply_to_group_id = "reply-to-group-id": opt,
     }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.opt(self.message_id.as_ref(), |m, b| m.to_value().encode(b));
-        w.binary(self.user_id.as_ref());
-        w.string(self.to.as_ref());
-        w.string(self.subject.as_ref());
-        w.string(self.reply_to.as_ref());
-        w.opt(self.correlation_id.as_ref(), |m, b| m.to_value().encode(b));
-        w.symbol(self.content_type.as_ref());
-        w.symbol(self.content_encoding.as_ref());
-        w.timestamp(self.absolute_expiry_time);
-        w.timestamp(self.creation_time);
-        w.string(self.group_id.as_ref());
-        w.uint(self.group_sequence);
-        w.string(self.reply_to_group_id.as_ref());
-    }
+}
+
+/// A uint, but a signed int from sloppy clients is tolerated (-1 becomes
+/// 4294967295, as in JMS).
+#[inline]
+fn read_group_sequence(r: &mut FieldReader<'_>) -> Result<Option<u32>> {
+    Ok(match r.value()? {
+        None => None,
+        Some(Value::Uint(v)) => Some(v),
+        Some(Value::Int(v)) => Some(v as u32),
+        Some(_) => {
+            return Err(AmqpCodecError::InvalidField {
+                composite: Properties::NAME,
+                field: "group-sequence",
+            })
+        }
+    })
 }
 
 /// The body: data sections, amqp-sequence sections, or one amqp-value.

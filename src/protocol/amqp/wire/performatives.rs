@@ -2,6 +2,7 @@
 
 use bytes::{Buf, Bytes, BytesMut};
 
+use super::composite::composite;
 use super::definitions::{
     read_rcv_settle_mode, AmqpError, DeliveryState, ReceiverSettleMode, Role, SenderSettleMode,
     Source, TargetKind,
@@ -46,34 +47,18 @@ impl Open {
     }
 }
 
-impl Composite for Open {
-    const CODE: u64 = 0x10;
-    const NAME: &'static str = "open";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Open {
-            container_id: r.req("container-id")?,
-            hostname: r.get("hostname")?,
-            max_frame_size: r.get_or("max-frame-size", u32::MAX)?,
-            channel_max: r.get_or("channel-max", u16::MAX)?,
-            idle_time_out: r.get("idle-time-out")?,
-            outgoing_locales: r.symbols("outgoing-locales")?,
-            incoming_locales: r.symbols("incoming-locales")?,
-            offered_capabilities: r.symbols("offered-capabilities")?,
-            desired_capabilities: r.symbols("desired-capabilities")?,
-            properties: r.get("properties")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.string(Some(&self.container_id));
-        w.string(self.hostname.as_ref());
-        w.uint_default(self.max_frame_size, u32::MAX);
-        w.ushort((self.channel_max != u16::MAX).then_some(self.channel_max));
-        w.uint(self.idle_time_out);
-        w.symbols(&self.outgoing_locales);
-        w.symbols(&self.incoming_locales);
-        w.symbols(&self.offered_capabilities);
-        w.symbols(&self.desired_capabilities);
-        w.map(self.properties.as_ref());
+composite! {
+    Open = 0x10, "open" {
+        container_id = "container-id": req,
+        hostname = "hostname": opt,
+        max_frame_size = "max-frame-size": default(u32::MAX),
+        channel_max = "channel-max": default(u16::MAX),
+        idle_time_out = "idle-time-out": opt,
+        outgoing_locales = "outgoing-locales": symbols,
+        incoming_locales = "incoming-locales": symbols,
+        offered_capabilities = "offered-capabilities": symbols,
+        desired_capabilities = "desired-capabilities": symbols,
+        properties = "properties": opt,
     }
 }
 
@@ -89,30 +74,16 @@ pub struct Begin {
     pub properties: Option<Map>,
 }
 
-impl Composite for Begin {
-    const CODE: u64 = 0x11;
-    const NAME: &'static str = "begin";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Begin {
-            remote_channel: r.get("remote-channel")?,
-            next_outgoing_id: r.req("next-outgoing-id")?,
-            incoming_window: r.req("incoming-window")?,
-            outgoing_window: r.req("outgoing-window")?,
-            handle_max: r.get_or("handle-max", u32::MAX)?,
-            offered_capabilities: r.symbols("offered-capabilities")?,
-            desired_capabilities: r.symbols("desired-capabilities")?,
-            properties: r.get("properties")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.ushort(self.remote_channel);
-        w.uint(Some(self.next_outgoing_id));
-        w.uint(Some(self.incoming_window));
-        w.uint(Some(self.outgoing_window));
-        w.uint_default(self.handle_max, u32::MAX);
-        w.symbols(&self.offered_capabilities);
-        w.symbols(&self.desired_capabilities);
-        w.map(self.properties.as_ref());
+composite! {
+    Begin = 0x11, "begin" {
+        remote_channel = "remote-channel": opt,
+        next_outgoing_id = "next-outgoing-id": req,
+        incoming_window = "incoming-window": req,
+        outgoing_window = "outgoing-window": req,
+        handle_max = "handle-max": default(u32::MAX),
+        offered_capabilities = "offered-capabilities": symbols,
+        desired_capabilities = "desired-capabilities": symbols,
+        properties = "properties": opt,
     }
 }
 
@@ -155,53 +126,39 @@ impl Attach {
     }
 }
 
-impl Composite for Attach {
-    const CODE: u64 = 0x12;
-    const NAME: &'static str = "attach";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Attach {
-            name: r.req("name")?,
-            handle: r.req("handle")?,
-            role: Role::from_bool(r.req("role")?),
-            snd_settle_mode: match r.get::<u8>("snd-settle-mode")? {
-                None => SenderSettleMode::Mixed,
-                Some(v) => {
-                    SenderSettleMode::from_u8(v).ok_or(invalid(Self::NAME, "snd-settle-mode"))?
-                }
-            },
-            rcv_settle_mode: read_rcv_settle_mode(r, Self::NAME)?.unwrap_or_default(),
-            source: r.composite("source")?,
-            target: TargetKind::read(r)?,
-            unsettled: r.get("unsettled")?,
-            incomplete_unsettled: r.get_or("incomplete-unsettled", false)?,
-            initial_delivery_count: r.get("initial-delivery-count")?,
-            max_message_size: r.get("max-message-size")?,
-            offered_capabilities: r.symbols("offered-capabilities")?,
-            desired_capabilities: r.symbols("desired-capabilities")?,
-            properties: r.get("properties")?,
-        })
+composite! {
+    Attach = 0x12, "attach" {
+        name = "name": req,
+        handle = "handle": req,
+        role: with(Role::read, Role::write),
+        snd_settle_mode: with(read_snd_settle_mode, write_snd_settle_mode),
+        rcv_settle_mode: with(
+            |r| read_rcv_settle_mode(r, Attach::NAME).map(Option::unwrap_or_default),
+            |m: &ReceiverSettleMode, w: &mut ListWriter<'_>| {
+                w.ubyte((*m != ReceiverSettleMode::First).then_some(*m as u8))
+            }
+        ),
+        source = "source": composite,
+        target: with(TargetKind::read, TargetKind::write),
+        unsettled = "unsettled": opt,
+        incomplete_unsettled = "incomplete-unsettled": default(false),
+        initial_delivery_count = "initial-delivery-count": opt,
+        max_message_size = "max-message-size": opt,
+        offered_capabilities = "offered-capabilities": symbols,
+        desired_capabilities = "desired-capabilities": symbols,
+        properties = "properties": opt,
     }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.string(Some(&self.name));
-        w.uint(Some(self.handle));
-        w.boolean(Some(self.role.as_bool()));
-        w.ubyte(
-            (self.snd_settle_mode != SenderSettleMode::Mixed).then_some(self.snd_settle_mode as u8),
-        );
-        w.ubyte(
-            (self.rcv_settle_mode != ReceiverSettleMode::First)
-                .then_some(self.rcv_settle_mode as u8),
-        );
-        w.composite(self.source.as_ref());
-        w.opt(self.target.as_ref(), |t, b| t.encode(b));
-        w.map(self.unsettled.as_ref());
-        w.bool_default(self.incomplete_unsettled, false);
-        w.uint(self.initial_delivery_count);
-        w.ulong(self.max_message_size);
-        w.symbols(&self.offered_capabilities);
-        w.symbols(&self.desired_capabilities);
-        w.map(self.properties.as_ref());
-    }
+}
+
+fn read_snd_settle_mode(r: &mut FieldReader<'_>) -> Result<SenderSettleMode> {
+    Ok(match r.get::<u8>("snd-settle-mode")? {
+        None => SenderSettleMode::Mixed,
+        Some(v) => SenderSettleMode::from_u8(v).ok_or(invalid(Attach::NAME, "snd-settle-mode"))?,
+    })
+}
+
+fn write_snd_settle_mode(m: &SenderSettleMode, w: &mut ListWriter<'_>) {
+    w.ubyte((*m != SenderSettleMode::Mixed).then_some(*m as u8));
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -219,36 +176,19 @@ pub struct Flow {
     pub properties: Option<Map>,
 }
 
-impl Composite for Flow {
-    const CODE: u64 = 0x13;
-    const NAME: &'static str = "flow";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Flow {
-            next_incoming_id: r.get("next-incoming-id")?,
-            incoming_window: r.req("incoming-window")?,
-            next_outgoing_id: r.req("next-outgoing-id")?,
-            outgoing_window: r.req("outgoing-window")?,
-            handle: r.get("handle")?,
-            delivery_count: r.get("delivery-count")?,
-            link_credit: r.get("link-credit")?,
-            available: r.get("available")?,
-            drain: r.get_or("drain", false)?,
-            echo: r.get_or("echo", false)?,
-            properties: r.get("properties")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.uint(self.next_incoming_id);
-        w.uint(Some(self.incoming_window));
-        w.uint(Some(self.next_outgoing_id));
-        w.uint(Some(self.outgoing_window));
-        w.uint(self.handle);
-        w.uint(self.delivery_count);
-        w.uint(self.link_credit);
-        w.uint(self.available);
-        w.bool_default(self.drain, false);
-        w.bool_default(self.echo, false);
-        w.map(self.properties.as_ref());
+composite! {
+    Flow = 0x13, "flow" {
+        next_incoming_id = "next-incoming-id": opt,
+        incoming_window = "incoming-window": req,
+        next_outgoing_id = "next-outgoing-id": req,
+        outgoing_window = "outgoing-window": req,
+        handle = "handle": opt,
+        delivery_count = "delivery-count": opt,
+        link_credit = "link-credit": opt,
+        available = "available": opt,
+        drain = "drain": default(false),
+        echo = "echo": default(false),
+        properties = "properties": opt,
     }
 }
 
@@ -270,36 +210,25 @@ pub struct Transfer {
     pub batchable: bool,
 }
 
-impl Composite for Transfer {
-    const CODE: u64 = 0x14;
-    const NAME: &'static str = "transfer";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Transfer {
-            handle: r.req("handle")?,
-            delivery_id: r.get("delivery-id")?,
-            delivery_tag: r.get("delivery-tag")?,
-            message_format: r.get("message-format")?,
-            settled: r.get("settled")?,
-            more: r.get_or("more", false)?,
-            rcv_settle_mode: read_rcv_settle_mode(r, Self::NAME)?,
-            state: DeliveryState::read(r, "state")?,
-            resume: r.get_or("resume", false)?,
-            aborted: r.get_or("aborted", false)?,
-            batchable: r.get_or("batchable", false)?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.uint(Some(self.handle));
-        w.uint(self.delivery_id);
-        w.binary(self.delivery_tag.as_ref());
-        w.uint(self.message_format);
-        w.boolean(self.settled);
-        w.bool_default(self.more, false);
-        w.ubyte(self.rcv_settle_mode.map(|m| m as u8));
-        w.opt(self.state.as_ref(), |s, b| s.encode(b));
-        w.bool_default(self.resume, false);
-        w.bool_default(self.aborted, false);
-        w.bool_default(self.batchable, false);
+composite! {
+    Transfer = 0x14, "transfer" {
+        handle = "handle": req,
+        delivery_id = "delivery-id": opt,
+        delivery_tag = "delivery-tag": opt,
+        message_format = "message-format": opt,
+        settled = "settled": opt,
+        more = "more": default(false),
+        // Absent on a continuation means "as on the first transfer": no default here.
+        rcv_settle_mode: with(
+            |r| read_rcv_settle_mode(r, Transfer::NAME),
+            |m: &Option<ReceiverSettleMode>, w: &mut ListWriter<'_>| {
+                w.ubyte(m.map(|m| m as u8))
+            }
+        ),
+        state: with(|r| DeliveryState::read(r, "state"), DeliveryState::write),
+        resume = "resume": default(false),
+        aborted = "aborted": default(false),
+        batchable = "batchable": default(false),
     }
 }
 
@@ -367,26 +296,14 @@ impl Disposition {
     }
 }
 
-impl Composite for Disposition {
-    const CODE: u64 = 0x15;
-    const NAME: &'static str = "disposition";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Disposition {
-            role: Role::from_bool(r.req("role")?),
-            first: r.req("first")?,
-            last: r.get("last")?,
-            settled: r.get_or("settled", false)?,
-            state: DeliveryState::read(r, "state")?,
-            batchable: r.get_or("batchable", false)?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.boolean(Some(self.role.as_bool()));
-        w.uint(Some(self.first));
-        w.uint(self.last);
-        w.bool_default(self.settled, false);
-        w.opt(self.state.as_ref(), |s, b| s.encode(b));
-        w.bool_default(self.batchable, false);
+composite! {
+    Disposition = 0x15, "disposition" {
+        role: with(Role::read, Role::write),
+        first = "first": req,
+        last = "last": opt,
+        settled = "settled": default(false),
+        state: with(|r| DeliveryState::read(r, "state"), DeliveryState::write),
+        batchable = "batchable": default(false),
     }
 }
 
@@ -397,20 +314,11 @@ pub struct Detach {
     pub error: Option<AmqpError>,
 }
 
-impl Composite for Detach {
-    const CODE: u64 = 0x16;
-    const NAME: &'static str = "detach";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Detach {
-            handle: r.req("handle")?,
-            closed: r.get_or("closed", false)?,
-            error: r.composite("error")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.uint(Some(self.handle));
-        w.bool_default(self.closed, false);
-        w.composite(self.error.as_ref());
+composite! {
+    Detach = 0x16, "detach" {
+        handle = "handle": req,
+        closed = "closed": default(false),
+        error = "error": composite,
     }
 }
 
@@ -419,16 +327,9 @@ pub struct End {
     pub error: Option<AmqpError>,
 }
 
-impl Composite for End {
-    const CODE: u64 = 0x17;
-    const NAME: &'static str = "end";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(End {
-            error: r.composite("error")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.composite(self.error.as_ref());
+composite! {
+    End = 0x17, "end" {
+        error = "error": composite,
     }
 }
 
@@ -437,16 +338,9 @@ pub struct Close {
     pub error: Option<AmqpError>,
 }
 
-impl Composite for Close {
-    const CODE: u64 = 0x18;
-    const NAME: &'static str = "close";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Close {
-            error: r.composite("error")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.composite(self.error.as_ref());
+composite! {
+    Close = 0x18, "close" {
+        error = "error": composite,
     }
 }
 
