@@ -32,6 +32,8 @@ pub struct WaitingWrite {
     written: Written,
 }
 
+/// The two queues are fields of their own so that the connection's loop can
+/// wait on both at once (one `select!` arm each).
 #[derive(Default)]
 pub struct Waits {
     /// Transfers waiting for nothing but their disk write, oldest first: the store

@@ -3,6 +3,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::composite::{composite, ToField};
 use super::described::{Composite, FieldReader, ListWriter};
 use super::error::{AmqpCodecError, Result};
 use super::types::{Descriptor, Map, Str, Symbol, Value};
@@ -49,20 +50,11 @@ impl From<&AmqpCodecError> for AmqpError {
     }
 }
 
-impl Composite for AmqpError {
-    const CODE: u64 = 0x1d;
-    const NAME: &'static str = "error";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(AmqpError {
-            condition: r.req("condition")?,
-            description: r.get("description")?,
-            info: r.get("info")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.symbol(Some(&self.condition));
-        w.string(self.description.as_ref());
-        w.map(self.info.as_ref());
+composite! {
+    AmqpError = 0x1d, "error" {
+        condition = "condition": req,
+        description = "description": opt,
+        info = "info": opt,
     }
 }
 
@@ -83,6 +75,17 @@ impl Role {
     }
     pub fn as_bool(self) -> bool {
         self == Role::Receiver
+    }
+
+    /// The mandatory `role` field of attach and disposition.
+    #[inline]
+    pub(crate) fn read(r: &mut FieldReader<'_>) -> Result<Self> {
+        Ok(Role::from_bool(r.req("role")?))
+    }
+
+    #[inline]
+    pub(crate) fn write(&self, w: &mut ListWriter<'_>) {
+        w.boolean(Some(self.as_bool()));
     }
 }
 
@@ -157,6 +160,9 @@ pub enum DeliveryState {
     },
 }
 
+// Written by hand, not with `composite!`: one enum over seven composites (a
+// descriptor each), so the descriptor picks the variant and its fields, which
+// a per-struct field list cannot say.
 impl DeliveryState {
     /// Decodes the fields of the delivery state with descriptor `code`.
     pub(crate) fn decode_fields(code: u64, r: &mut FieldReader<'_>) -> Result<Self> {
@@ -194,6 +200,12 @@ impl DeliveryState {
     /// A field holding a delivery state.
     pub(crate) fn read(r: &mut FieldReader<'_>, field: &'static str) -> Result<Option<Self>> {
         r.described(field, DeliveryState::decode_fields)
+    }
+
+    /// Writes a field holding a delivery state.
+    #[inline]
+    pub(crate) fn write(state: &Option<Self>, w: &mut ListWriter<'_>) {
+        w.opt(state.as_ref(), |s, b| s.encode(b));
     }
 
     pub fn code(&self) -> u64 {
@@ -303,24 +315,14 @@ fn read_expiry(r: &mut FieldReader<'_>, composite: &'static str) -> Result<Expir
     })
 }
 
-fn write_terminus_common(
-    w: &mut ListWriter<'_>,
-    address: Option<&Str>,
-    durable: TerminusDurability,
-    expiry: ExpiryPolicy,
-    timeout: u32,
-    dynamic: bool,
-    props: Option<&Map>,
-) {
-    w.string(address);
-    w.uint_default(durable as u32, 0);
-    w.opt(
-        (expiry != ExpiryPolicy::SessionEnd).then_some(expiry),
-        |e, b| Value::Symbol(Symbol::from_static(e.as_str())).encode(b),
-    );
-    w.uint_default(timeout, 0);
-    w.bool_default(dynamic, false);
-    w.map(props);
+fn write_durability(d: &TerminusDurability, w: &mut ListWriter<'_>) {
+    w.uint_default(*d as u32, 0);
+}
+
+fn write_expiry(e: &ExpiryPolicy, w: &mut ListWriter<'_>) {
+    w.opt((*e != ExpiryPolicy::SessionEnd).then_some(*e), |e, b| {
+        Value::Symbol(Symbol::from_static(e.as_str())).encode(b)
+    });
 }
 
 /// The source terminus of a link.
@@ -340,39 +342,19 @@ pub struct Source {
     pub capabilities: Vec<Symbol>,
 }
 
-impl Composite for Source {
-    const CODE: u64 = 0x28;
-    const NAME: &'static str = "source";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Source {
-            address: read_address(r, Self::NAME)?,
-            durable: read_durability(r, Self::NAME)?,
-            expiry_policy: read_expiry(r, Self::NAME)?,
-            timeout: r.get_or("timeout", 0)?,
-            dynamic: r.get_or("dynamic", false)?,
-            dynamic_node_properties: r.get("dynamic-node-properties")?,
-            distribution_mode: r.get("distribution-mode")?,
-            filter: r.get("filter")?,
-            default_outcome: DeliveryState::read(r, "default-outcome")?,
-            outcomes: r.symbols("outcomes")?,
-            capabilities: r.symbols("capabilities")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        write_terminus_common(
-            w,
-            self.address.as_ref(),
-            self.durable,
-            self.expiry_policy,
-            self.timeout,
-            self.dynamic,
-            self.dynamic_node_properties.as_ref(),
-        );
-        w.symbol(self.distribution_mode.as_ref());
-        w.map(self.filter.as_ref());
-        w.opt(self.default_outcome.as_ref(), |o, b| o.encode(b));
-        w.symbols(&self.outcomes);
-        w.symbols(&self.capabilities);
+composite! {
+    Source = 0x28, "source" {
+        address: with(|r| read_address(r, Source::NAME), ToField::put_opt),
+        durable: with(|r| read_durability(r, Source::NAME), write_durability),
+        expiry_policy: with(|r| read_expiry(r, Source::NAME), write_expiry),
+        timeout = "timeout": default(0),
+        dynamic = "dynamic": default(false),
+        dynamic_node_properties = "dynamic-node-properties": opt,
+        distribution_mode = "distribution-mode": opt,
+        filter = "filter": opt,
+        default_outcome: with(|r| DeliveryState::read(r, "default-outcome"), DeliveryState::write),
+        outcomes = "outcomes": symbols,
+        capabilities = "capabilities": symbols,
     }
 }
 
@@ -388,31 +370,15 @@ pub struct Target {
     pub capabilities: Vec<Symbol>,
 }
 
-impl Composite for Target {
-    const CODE: u64 = 0x29;
-    const NAME: &'static str = "target";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Target {
-            address: read_address(r, Self::NAME)?,
-            durable: read_durability(r, Self::NAME)?,
-            expiry_policy: read_expiry(r, Self::NAME)?,
-            timeout: r.get_or("timeout", 0)?,
-            dynamic: r.get_or("dynamic", false)?,
-            dynamic_node_properties: r.get("dynamic-node-properties")?,
-            capabilities: r.symbols("capabilities")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        write_terminus_common(
-            w,
-            self.address.as_ref(),
-            self.durable,
-            self.expiry_policy,
-            self.timeout,
-            self.dynamic,
-            self.dynamic_node_properties.as_ref(),
-        );
-        w.symbols(&self.capabilities);
+composite! {
+    Target = 0x29, "target" {
+        address: with(|r| read_address(r, Target::NAME), ToField::put_opt),
+        durable: with(|r| read_durability(r, Target::NAME), write_durability),
+        expiry_policy: with(|r| read_expiry(r, Target::NAME), write_expiry),
+        timeout = "timeout": default(0),
+        dynamic = "dynamic": default(false),
+        dynamic_node_properties = "dynamic-node-properties": opt,
+        capabilities = "capabilities": symbols,
     }
 }
 
@@ -422,16 +388,9 @@ pub struct Coordinator {
     pub capabilities: Vec<Symbol>,
 }
 
-impl Composite for Coordinator {
-    const CODE: u64 = 0x30;
-    const NAME: &'static str = "coordinator";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Coordinator {
-            capabilities: r.symbols("capabilities")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.symbols(&self.capabilities);
+composite! {
+    Coordinator = 0x30, "coordinator" {
+        capabilities = "capabilities": symbols,
     }
 }
 
@@ -454,6 +413,10 @@ impl TargetKind {
         })
     }
 
+    pub(crate) fn write(target: &Option<Self>, w: &mut ListWriter<'_>) {
+        w.opt(target.as_ref(), |t, b| t.encode(b));
+    }
+
     pub fn encode(&self, buf: &mut BytesMut) {
         match self {
             TargetKind::Target(t) => t.encode(buf),
@@ -468,16 +431,13 @@ pub struct Declare {
     pub global_id: Option<Value>,
 }
 
-impl Composite for Declare {
-    const CODE: u64 = 0x31;
-    const NAME: &'static str = "declare";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Declare {
-            global_id: r.value()?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.value(self.global_id.as_ref().unwrap_or(&Value::Null));
+composite! {
+    Declare = 0x31, "declare" {
+        // Any value (global transaction ids are not supported, but read).
+        global_id: with(
+            FieldReader::value,
+            |v: &Option<Value>, w: &mut ListWriter<'_>| w.value(v.as_ref().unwrap_or(&Value::Null))
+        ),
     }
 }
 
@@ -488,17 +448,9 @@ pub struct Discharge {
     pub fail: bool,
 }
 
-impl Composite for Discharge {
-    const CODE: u64 = 0x32;
-    const NAME: &'static str = "discharge";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(Discharge {
-            txn_id: r.req("txn-id")?,
-            fail: r.get_or("fail", false)?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.binary(Some(&self.txn_id));
-        w.bool_default(self.fail, false);
+composite! {
+    Discharge = 0x32, "discharge" {
+        txn_id = "txn-id": req,
+        fail = "fail": default(false),
     }
 }

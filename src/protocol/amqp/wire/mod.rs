@@ -4,6 +4,7 @@
 //! Protocol data only: nothing here imports the core, the store or the config.
 
 pub mod codec;
+mod composite;
 pub mod definitions;
 pub mod described;
 pub mod error;

@@ -2,6 +2,7 @@
 
 use bytes::{Bytes, BytesMut};
 
+use super::composite::composite;
 use super::described::{read_described, Composite, FieldReader, ListWriter};
 use super::error::{AmqpCodecError, Result};
 use super::types::{Ctx, Str, Symbol};
@@ -11,22 +12,22 @@ pub struct SaslMechanisms {
     pub mechanisms: Vec<Symbol>,
 }
 
-impl Composite for SaslMechanisms {
-    const CODE: u64 = 0x40;
-    const NAME: &'static str = "sasl-mechanisms";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        let mechanisms = r.symbols("sasl-server-mechanisms")?;
-        if mechanisms.is_empty() {
-            return Err(AmqpCodecError::MissingField {
-                composite: Self::NAME,
-                field: "sasl-server-mechanisms",
-            });
-        }
-        Ok(SaslMechanisms { mechanisms })
+composite! {
+    SaslMechanisms = 0x40, "sasl-mechanisms" {
+        mechanisms: with(read_mechanisms, |m: &Vec<Symbol>, w: &mut ListWriter<'_>| w.symbols(m)),
     }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.symbols(&self.mechanisms);
+}
+
+/// A multiple-valued symbol field that is also mandatory: at least one.
+fn read_mechanisms(r: &mut FieldReader<'_>) -> Result<Vec<Symbol>> {
+    let mechanisms = r.symbols("sasl-server-mechanisms")?;
+    if mechanisms.is_empty() {
+        return Err(AmqpCodecError::MissingField {
+            composite: SaslMechanisms::NAME,
+            field: "sasl-server-mechanisms",
+        });
     }
+    Ok(mechanisms)
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -36,20 +37,11 @@ pub struct SaslInit {
     pub hostname: Option<Str>,
 }
 
-impl Composite for SaslInit {
-    const CODE: u64 = 0x41;
-    const NAME: &'static str = "sasl-init";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(SaslInit {
-            mechanism: r.req("mechanism")?,
-            initial_response: r.get("initial-response")?,
-            hostname: r.get("hostname")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.symbol(Some(&self.mechanism));
-        w.binary(self.initial_response.as_ref());
-        w.string(self.hostname.as_ref());
+composite! {
+    SaslInit = 0x41, "sasl-init" {
+        mechanism = "mechanism": req,
+        initial_response = "initial-response": opt,
+        hostname = "hostname": opt,
     }
 }
 
@@ -58,16 +50,9 @@ pub struct SaslChallenge {
     pub challenge: Bytes,
 }
 
-impl Composite for SaslChallenge {
-    const CODE: u64 = 0x42;
-    const NAME: &'static str = "sasl-challenge";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(SaslChallenge {
-            challenge: r.req("challenge")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.binary(Some(&self.challenge));
+composite! {
+    SaslChallenge = 0x42, "sasl-challenge" {
+        challenge = "challenge": req,
     }
 }
 
@@ -76,16 +61,9 @@ pub struct SaslResponse {
     pub response: Bytes,
 }
 
-impl Composite for SaslResponse {
-    const CODE: u64 = 0x43;
-    const NAME: &'static str = "sasl-response";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        Ok(SaslResponse {
-            response: r.req("response")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.binary(Some(&self.response));
+composite! {
+    SaslResponse = 0x43, "sasl-response" {
+        response = "response": req,
     }
 }
 
@@ -100,6 +78,15 @@ pub enum SaslCode {
 }
 
 impl SaslCode {
+    /// The mandatory `code` field of a sasl-outcome.
+    fn read(r: &mut FieldReader<'_>) -> Result<Self> {
+        let code = r.req::<u8>("code")?;
+        SaslCode::from_u8(code).ok_or(AmqpCodecError::InvalidField {
+            composite: SaslOutcome::NAME,
+            field: "code",
+        })
+    }
+
     pub fn from_u8(v: u8) -> Option<Self> {
         Some(match v {
             0 => SaslCode::Ok,
@@ -118,22 +105,10 @@ pub struct SaslOutcome {
     pub additional_data: Option<Bytes>,
 }
 
-impl Composite for SaslOutcome {
-    const CODE: u64 = 0x44;
-    const NAME: &'static str = "sasl-outcome";
-    fn decode_fields(r: &mut FieldReader<'_>) -> Result<Self> {
-        let code = r.req::<u8>("code")?;
-        Ok(SaslOutcome {
-            code: SaslCode::from_u8(code).ok_or(AmqpCodecError::InvalidField {
-                composite: Self::NAME,
-                field: "code",
-            })?,
-            additional_data: r.get("additional-data")?,
-        })
-    }
-    fn encode_fields(&self, w: &mut ListWriter<'_>) {
-        w.ubyte(Some(self.code as u8));
-        w.binary(self.additional_data.as_ref());
+composite! {
+    SaslOutcome = 0x44, "sasl-outcome" {
+        code: with(SaslCode::read, |c: &SaslCode, w: &mut ListWriter<'_>| w.ubyte(Some(*c as u8))),
+        additional_data = "additional-data": opt,
     }
 }
 

@@ -1,5 +1,5 @@
 //! Receiving: transfers from the peer are reassembled, routed (batched per
-//! queue, see [`SendBatch`](super::SendBatch)) or handed to the transaction
+//! queue, see `SendBatch`) or handed to the transaction
 //! coordinator, and answered now or once their disk write is done.
 
 use super::{session_error, Session, SessionError, INCOMING_WINDOW};
