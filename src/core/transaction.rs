@@ -280,21 +280,10 @@ impl<K: Hash + Eq> Transactions<K> {
         }
         // Nothing below can be refused: the session that owns these
         // consumers is the one committing, so their deliveries stay put.
+        // Settlements first: a message the transaction NACKs is back in its
+        // place before a newer message of its group, sent by the same
+        // transaction, can be dispatched past it.
         let mut receipts = Vec::with_capacity(txn.sends.len() + 1);
-        for send in txn.sends {
-            receipts.push(match send.to {
-                Checked::Queue(queue) => broker.publish_checked(&queue, send.message),
-                Checked::Create => match broker.queue_or_create(&send.message.address, true) {
-                    Ok(queue) => broker.publish_checked(&queue, send.message),
-                    Err(e) => {
-                        // Checked at send time; settings do not change.
-                        tracing::warn!(error = %e, "committed send lost its queue");
-                        continue;
-                    }
-                },
-                Checked::Topic => broker.fan_out(send.message),
-            });
-        }
         let mut acks: Vec<(Arc<Queue>, ConsumerId, Vec<u64>)> = Vec::new();
         let mut releases = Vec::new();
         for s in txn.settlements {
@@ -315,6 +304,20 @@ impl<K: Hash + Eq> Transactions<K> {
                 Ok(receipt) => receipts.push(receipt),
                 Err(e) => tracing::warn!(error = %e, "committed acknowledgement failed"),
             }
+        }
+        for send in txn.sends {
+            receipts.push(match send.to {
+                Checked::Queue(queue) => broker.publish_checked(&queue, send.message),
+                Checked::Create => match broker.queue_or_create(&send.message.address, true) {
+                    Ok(queue) => broker.publish_checked(&queue, send.message),
+                    Err(e) => {
+                        // Checked at send time; settings do not change.
+                        tracing::warn!(error = %e, "committed send lost its queue");
+                        continue;
+                    }
+                },
+                Checked::Topic => broker.fan_out(send.message),
+            });
         }
         Ok(Receipt::all(receipts))
     }

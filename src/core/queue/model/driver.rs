@@ -271,8 +271,8 @@ impl Driver {
     }
 
     /// One transaction through the core's API. The model is told what the
-    /// commit applies in the order the core applies it: the sends, then the
-    /// releases, then the acknowledgements, a consumer's together.
+    /// commit applies in the order the core applies it: the releases, then
+    /// the acknowledgements (a consumer's together), then the sends.
     fn txn(&mut self, op: &TxnOp) -> Step {
         const TXN: u32 = 1;
         let mut txns = Transactions::new(TransactionLimits::default());
@@ -379,9 +379,6 @@ impl Driver {
         };
         self.trace(|| format!("  transaction committed: {committed}"));
         if committed {
-            for s in sent {
-                self.model.send(s, Span { lo, hi });
-            }
             for &(cid, id, _) in settled.iter().filter(|(_, _, ack)| !ack) {
                 self.held.remove(&id);
                 self.model.settle(cid, id, Settle::Failed, lo);
@@ -397,6 +394,9 @@ impl Driver {
                     self.held.remove(&id);
                     self.model.settle(cid, id, Settle::Ack, lo);
                 }
+            }
+            for s in sent {
+                self.model.send(s, Span { lo, hi });
             }
         } else {
             // What was settled goes back as a failed delivery, except what
