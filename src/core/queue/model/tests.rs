@@ -215,6 +215,20 @@ fn browser(window: u32) -> Op {
     }
 }
 
+/// A consumer (or browser) with explicit credit, as an AMQP link has: it
+/// takes nothing until given credit.
+fn explicit_credit(browser: bool) -> Op {
+    Op::Subscribe {
+        conn: 0,
+        spec: ConsumerSpec {
+            credit: CreditKind::Explicit,
+            priority: 0,
+            selector: None,
+            browser,
+        },
+    }
+}
+
 /// The first consumer settles its first delivery.
 fn settle_first(how: SettleOp) -> Op {
     Op::Settle {
@@ -379,15 +393,7 @@ fn durable_messages_survive_a_restart_and_non_durable_ones_do_not() {
 fn a_browser_is_not_shown_messages_in_flight() {
     // The browser saw m0; by the time it has credit again both messages
     // are with consumers.
-    let browser = Op::Subscribe {
-        conn: 0,
-        spec: ConsumerSpec {
-            credit: CreditKind::Explicit,
-            priority: 0,
-            selector: None,
-            browser: true,
-        },
-    };
+    let browser = explicit_credit(true);
     let credit = Op::AddCredit {
         consumer: 0,
         credit: 1,
@@ -442,15 +448,7 @@ fn a_consumer_takes_its_own_group_past_a_message_it_refused() {
         group_buckets: 2,
         ..plain()
     };
-    let explicit = Op::Subscribe {
-        conn: 0,
-        spec: ConsumerSpec {
-            credit: CreditKind::Explicit,
-            priority: 0,
-            selector: None,
-            browser: false,
-        },
-    };
+    let explicit = explicit_credit(false);
     let credit = |credit| Op::AddCredit {
         consumer: 0,
         credit,
@@ -621,15 +619,7 @@ fn messages_a_consumer_refused_do_not_keep_it_from_the_disk() {
         ..plain()
     };
     let colored = |group, color| send_with(group, |s| s.color = color);
-    let explicit = Op::Subscribe {
-        conn: 0,
-        spec: ConsumerSpec {
-            credit: CreditKind::Explicit,
-            priority: 0,
-            selector: None,
-            browser: false,
-        },
-    };
+    let explicit = explicit_credit(false);
     let ops = [
         send(None),
         send(None),
