@@ -218,6 +218,14 @@ impl Queue {
                         }
                         continue;
                     }
+                    // One that expires later would hold the group back
+                    // until something else made the queue look again.
+                    if let Some(at) = st.ready.earliest_head_expiry() {
+                        if st.expiry_wake_at.is_none_or(|set| set > at) {
+                            st.expiry_wake_at = Some(at);
+                            after.expire_heads_at = Some(at);
+                        }
+                    }
                 }
                 starved[index] = true;
                 continue;

@@ -18,6 +18,8 @@ pub(super) struct AfterUnlock {
     pub dispatch_at: Option<Instant>,
     /// Put returned messages back at this time (epoch ms, redelivery delay).
     pub redeliver_at: Option<u64>,
+    /// Look for expired group heads again at this time (epoch ms).
+    pub expire_heads_at: Option<u64>,
     /// Connections that were waiting for a delivery: woken once the lock is
     /// released, so nobody waits for the wake-up syscall. Most dispatches wake one.
     wake_first: Option<DeliverySink>,
@@ -76,6 +78,20 @@ impl Queue {
                 }
                 // No runtime to wait on: they may go now.
                 None => me.redeliver_due(at),
+            }
+        }
+        if let Some(at) = after.expire_heads_at {
+            match &runtime {
+                Some(handle) => {
+                    let me = self.clone();
+                    let wait = Duration::from_millis(at.saturating_sub(now_ms()));
+                    handle.spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        me.expiry_wake(at);
+                    });
+                }
+                // No runtime to wait on: the next dispatch looks again.
+                None => self.state.lock().expiry_wake_at = None,
             }
         }
         if !after.diverted.is_empty() {

@@ -91,6 +91,9 @@ struct State {
     /// Scratch for dispatch: consumers with nothing to take this round.
     starved: Vec<bool>,
     flow: Flow,
+    /// A wake-up is set for this time (epoch ms) to drop expired group
+    /// heads that a selector passes over (see `dispatch`).
+    expiry_wake_at: Option<u64>,
 }
 
 impl State {
@@ -178,6 +181,7 @@ impl Queue {
                 waiting: Waiting::default(),
                 starved: Vec::new(),
                 flow: Flow::default(),
+                expiry_wake_at: None,
             })),
         }
     }
@@ -499,6 +503,20 @@ impl Queue {
         );
         after.watch_held |= watch;
         completion
+    }
+
+    /// The wake-up set for `at` by a dispatch that met a group head
+    /// expiring then: dispatching again drops it.
+    fn expiry_wake(self: &Arc<Self>, at: u64) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            if st.expiry_wake_at == Some(at) {
+                st.expiry_wake_at = None;
+            }
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
     }
 
     fn redispatch(self: &Arc<Self>) {

@@ -284,6 +284,16 @@ impl ReadySet {
             .filter(move |e| e.seq > after)
     }
 
+    /// When the first group head that can expire does (epoch ms): until
+    /// then, a consumer whose selector passes over such a head waits for it.
+    pub fn earliest_head_expiry(&self) -> Option<u64> {
+        self.lanes
+            .iter()
+            .filter(|(lane, _)| !self.is_held(lane))
+            .filter_map(|(_, entries)| entries.front()?.message.expires_at)
+            .min()
+    }
+
     /// Removes the expired messages at the heads of group lanes: a consumer
     /// whose selector passes over such a head would otherwise never reach the
     /// group's next message, and nobody else may take it.

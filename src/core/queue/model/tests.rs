@@ -685,6 +685,36 @@ fn an_expired_group_head_on_disk_does_not_hide_the_group_from_a_selector() {
     holds(&case, &ops);
 }
 
+#[test]
+fn a_group_head_a_selector_passes_over_expires_without_another_event() {
+    // c1 selects colour 0; G2's head (colour 2, ttl 15) is nobody's, so the
+    // queue meets its expiry only by looking again when it expires: nothing
+    // else happens after it, and G2's next message (colour 0) must still
+    // reach c1.
+    let with = |group, color, ttl_ms| {
+        send_with(group, |s| {
+            s.color = color;
+            s.ttl_ms = ttl_ms
+        })
+    };
+    let picky = Op::Subscribe {
+        conn: 1,
+        spec: ConsumerSpec {
+            credit: CreditKind::Window(1),
+            priority: 0,
+            selector: Some(0),
+            browser: false,
+        },
+    };
+    let ops = [
+        picky,
+        with(Some(2), 2, Some(15)),
+        with(Some(2), 0, None),
+        Op::Advance { ms: 30 },
+    ];
+    holds(&plain(), &ops);
+}
+
 fn txn(settles: &[(u8, u8, bool)], sends: Vec<Op>, end: TxnEnd) -> Op {
     Op::Txn(TxnOp {
         sends: sends
