@@ -303,4 +303,6 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 }
 
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;
