@@ -9,7 +9,9 @@
 
 pub mod config;
 pub mod core;
-pub mod perf;
 pub mod protocol;
 pub mod server;
 pub mod store;
+
+/// `weir perf`, the load generator: its own crate, over the wire formats only.
+pub use weir_perf as perf;

@@ -2,6 +2,6 @@
 //! and talks to the broker only through the core API.
 
 pub mod amqp;
-pub mod read_ahead;
 pub mod stomp;
-pub mod write_parts;
+
+pub use weir_wire::{read_ahead, write_parts};

@@ -1,12 +1,10 @@
-//! STOMP 1.0, 1.1 and 1.2: the frame codec, the mapping to core messages, and
-//! the per-connection session.
+//! STOMP 1.0, 1.1 and 1.2: the mapping to core messages and the per-connection
+//! session. Frames and their codec are in the `weir-wire` crate, re-exported here.
 
-pub mod codec;
 pub mod convert;
-pub mod error;
-mod escape;
-pub mod frame;
 pub mod session;
+
+pub use weir_wire::stomp::{codec, error, frame};
 
 pub use codec::{Inbound, Limits, Outbound, StompCodec};
 pub use error::{Malformed, StompError};

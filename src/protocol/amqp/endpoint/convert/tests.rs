@@ -1,6 +1,6 @@
 use super::*;
 use crate::core::delay_headers::DelayHeader;
-use crate::protocol::amqp::wire::types::tests::leaf;
+use crate::protocol::amqp::wire::types::strategies::leaf;
 use proptest::prelude::*;
 
 fn delay_names() -> DelayHeaderNames {

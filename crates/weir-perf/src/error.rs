@@ -1,0 +1,34 @@
+//! Errors of the load generator and the sink.
+
+use std::io;
+use weir_wire::amqp::AmqpCodecError;
+use weir_wire::stomp::StompError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    #[error("STOMP: {0}")]
+    Stomp(#[from] StompError),
+    #[error("AMQP: {0}")]
+    Amqp(#[from] AmqpCodecError),
+    #[error("SASL authentication failed (or no mechanism we can use)")]
+    AuthFailed,
+    #[error("the broker answered ERROR: {0}")]
+    Broker(String),
+    #[error("the broker closed the connection")]
+    Closed,
+    #[error("unexpected {0} frame from the broker")]
+    Unexpected(&'static str),
+    #[error("no answer from the broker within {0} s")]
+    Timeout(u64),
+    #[error("bad --url {0:?}: expected stomp://host:port or amqp://host:port")]
+    BadUrl(String),
+    #[error("{0}:// is not supported (stomp:// or amqp://)")]
+    UnsupportedScheme(String),
+    #[error("bad argument {flag}: {why}")]
+    BadArg {
+        flag: &'static str,
+        why: &'static str,
+    },
+}
