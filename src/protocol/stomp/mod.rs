@@ -2,13 +2,14 @@
 //! the per-connection session.
 
 pub mod codec;
+mod connection;
 pub mod convert;
 pub mod error;
 mod escape;
 pub mod frame;
-pub mod session;
+mod session;
 
 pub use codec::{Inbound, Limits, Outbound, StompCodec};
+pub use connection::{serve, StompOptions};
 pub use error::{Malformed, StompError};
 pub use frame::{Command, Frame, HeaderText, Headers, Version};
-pub use session::{serve, StompOptions};
