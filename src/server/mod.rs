@@ -298,14 +298,21 @@ async fn serve_connection(
     broker: Broker,
     protocols: &[Protocol],
     (stomp, amqp): (StompOptions, AmqpOptions),
-    shutdown: broadcast::Receiver<()>,
+    mut shutdown: broadcast::Receiver<()>,
 ) {
     let protocol = match protocols {
         [only] => *only,
-        _ => match sniff::sniff(&stream).await {
-            Some(p) => p,
-            None => return,
-        },
+        _ => {
+            let sniffed = tokio::select! {
+                sniffed = sniff::sniff(&stream) => sniffed,
+                // Not a word from the client yet: nothing to say goodbye in.
+                _ = shutdown.recv() => None,
+            };
+            match sniffed {
+                Some(p) => p,
+                None => return,
+            }
+        }
     };
     match protocol {
         Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
