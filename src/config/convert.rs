@@ -133,6 +133,12 @@ fn broker(raw: RawBroker) -> Result<BrokerConfig, ConfigError> {
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
         auto_create_queues: raw.auto_create_queues.unwrap_or(true),
         worker_threads: to_usize(worker_threads),
+        shutdown_timeout: timeout(
+            raw.shutdown_timeout.as_ref(),
+            Duration::from_secs(10),
+            false,
+            &KeyPath::root("broker").field("shutdown_timeout"),
+        )?,
     })
 }
 
@@ -247,7 +253,67 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
             1_000_000,
             &key.field("max_open_transactions"),
         )?),
+        max_connections_per_user: to_usize(ranged(
+            raw.max_connections_per_user,
+            0,
+            0,
+            1_000_000,
+            &key.field("max_connections_per_user"),
+        )?),
+        max_connections_per_address: to_usize(ranged(
+            raw.max_connections_per_address,
+            0,
+            0,
+            1_000_000,
+            &key.field("max_connections_per_address"),
+        )?),
+        connect_timeout: timeout(
+            raw.connect_timeout.as_ref(),
+            Duration::from_secs(30),
+            false,
+            &key.field("connect_timeout"),
+        )?,
+        amqp_open_timeout: timeout(
+            raw.amqp_open_timeout.as_ref(),
+            Duration::from_secs(10),
+            false,
+            &key.field("amqp_open_timeout"),
+        )?,
+        sasl_timeout: timeout(
+            raw.sasl_timeout.as_ref(),
+            Duration::from_secs(10),
+            false,
+            &key.field("sasl_timeout"),
+        )?,
+        frame_timeout: timeout(
+            raw.frame_timeout.as_ref(),
+            Duration::from_secs(60),
+            true,
+            &key.field("frame_timeout"),
+        )?,
     })
+}
+
+/// A timeout between 100ms and 1h (or zero, where `zero_allowed`: no limit).
+fn timeout(
+    raw: Option<&RawDuration>,
+    default: Duration,
+    zero_allowed: bool,
+    key: &KeyPath,
+) -> Result<Duration, ConfigError> {
+    let value = duration_or(raw, default, key)?;
+    let (min, max) = (Duration::from_millis(100), Duration::from_secs(3_600));
+    if (value.is_zero() && zero_allowed) || (min..=max).contains(&value) {
+        return Ok(value);
+    }
+    Err(ConfigError::key(
+        key.clone(),
+        Problem::DurationOutOfRange {
+            min,
+            max,
+            zero_allowed,
+        },
+    ))
 }
 
 fn store(raw: &RawStore) -> Result<StoreConfig, ConfigError> {

@@ -45,6 +45,8 @@ pub struct BrokerConfig {
     pub auto_create_queues: bool,
     /// Threads that run the connections (the async runtime's workers).
     pub worker_threads: usize,
+    /// How long a stopping broker waits for its connections to close.
+    pub shutdown_timeout: Duration,
 }
 
 /// The two well-known acceptors (`None` = off) and any extra listeners.
@@ -117,6 +119,18 @@ pub struct Limits {
     pub max_transaction_bytes: usize,
     /// Transactions one connection may have open at once.
     pub max_open_transactions: usize,
+    /// Connections one user may have open at once; 0 = unlimited.
+    pub max_connections_per_user: usize,
+    /// Connections one source address may have open at once; 0 = unlimited.
+    pub max_connections_per_address: usize,
+    /// Socket open to STOMP CONNECT.
+    pub connect_timeout: Duration,
+    /// AMQP header to `open`.
+    pub amqp_open_timeout: Duration,
+    /// The AMQP protocol header and SASL exchange.
+    pub sasl_timeout: Duration,
+    /// A frame that started must be complete within this; zero = no limit.
+    pub frame_timeout: Duration,
 }
 
 #[derive(Clone, PartialEq, Eq)]

@@ -34,6 +34,7 @@ pub(super) struct RawBroker {
     pub data_dir: Option<PathBuf>,
     pub auto_create_queues: Option<bool>,
     pub worker_threads: Option<u64>,
+    pub shutdown_timeout: Option<RawDuration>,
 }
 
 /// `None` takes the default address; an empty string turns the acceptor off.
@@ -92,6 +93,12 @@ pub(super) struct RawLimits {
     pub max_transaction_ops: Option<u64>,
     pub max_transaction_bytes: Option<RawSize>,
     pub max_open_transactions: Option<u64>,
+    pub max_connections_per_user: Option<u64>,
+    pub max_connections_per_address: Option<u64>,
+    pub connect_timeout: Option<RawDuration>,
+    pub amqp_open_timeout: Option<RawDuration>,
+    pub sasl_timeout: Option<RawDuration>,
+    pub frame_timeout: Option<RawDuration>,
 }
 
 #[derive(Debug, Deserialize)]

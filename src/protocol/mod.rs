@@ -1,7 +1,9 @@
 //! Wire protocols. Each converts its frames to and from [`crate::core::Message`]
 //! and talks to the broker only through the core API.
 
+pub mod admission;
 pub mod amqp;
+pub mod driver;
 pub mod stomp;
 
 pub use weir_wire::{read_ahead, write_parts};

@@ -8,13 +8,19 @@ use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
+use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::{broadcast, mpsc, Semaphore};
+
+/// Sockets beyond `max_connections` that may be in their handshake at once, most of them
+/// to be refused in their protocol; past that a new socket is closed at once.
+const REFUSAL_ROOM: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -43,6 +49,10 @@ pub struct Server {
     pub bound: Vec<(String, SocketAddr)>,
     shutdown: broadcast::Sender<()>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Every connection task holds a clone; all gone means every connection is closed.
+    open: mpsc::Sender<()>,
+    closed: mpsc::Receiver<()>,
+    shutdown_timeout: Duration,
 }
 
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -103,9 +113,12 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
     Ok(broker)
 }
 
-fn stomp_options(config: &Config) -> StompOptions {
+fn stomp_options(config: &Config, admission: Admission) -> StompOptions {
     let limits = config.limits();
     StompOptions {
+        connect_timeout: limits.connect_timeout,
+        frame_timeout: limits.frame_timeout,
+        admission,
         limits: stomp::Limits {
             max_frame_size: limits.max_frame_size,
             max_headers: limits.max_headers,
@@ -117,9 +130,17 @@ fn stomp_options(config: &Config) -> StompOptions {
     }
 }
 
-fn amqp_options(config: &Config, containers: ContainerRegistry) -> AmqpOptions {
+fn amqp_options(
+    config: &Config,
+    containers: ContainerRegistry,
+    admission: Admission,
+) -> AmqpOptions {
     let limits = config.limits();
     AmqpOptions {
+        sasl_timeout: limits.sasl_timeout,
+        open_timeout: limits.amqp_open_timeout,
+        frame_timeout: limits.frame_timeout,
+        admission,
         max_frame_size: u32::try_from(limits.max_frame_size).unwrap_or(u32::MAX),
         max_message_size: limits.max_message_size as u64,
         // AMQP's idle timeout is the deadline, peers heart-beat at half of it.
@@ -142,7 +163,14 @@ impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
         let (shutdown, _) = broadcast::channel(1);
-        let permits = Arc::new(Semaphore::new(config.limits().max_connections));
+        let limits = config.limits();
+        let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));
+        let admission = Admission::new(AdmissionLimits {
+            max_connections: limits.max_connections,
+            per_user: limits.max_connections_per_user,
+            per_address: limits.max_connections_per_address,
+        });
+        let (open, closed) = mpsc::channel(1);
         let mut bound = Vec::new();
         let mut tasks = Vec::new();
         let containers = ContainerRegistry::default();
@@ -158,9 +186,9 @@ impl Server {
             let addr = socket.local_addr().unwrap_or(listener.bind);
             tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, "listening");
             bound.push((listener.name.clone(), addr));
-            let mut stomp = stomp_options(config);
+            let mut stomp = stomp_options(config, admission.clone());
             stomp.connection_factory = listener.connection_factory.clone();
-            let mut amqp = amqp_options(config, containers.clone());
+            let mut amqp = amqp_options(config, containers.clone(), admission.clone());
             amqp.connection_factory = listener.connection_factory.clone();
             let acceptor = Acceptor {
                 broker: broker.clone(),
@@ -169,6 +197,7 @@ impl Server {
                 amqp,
                 permits: permits.clone(),
                 shutdown: shutdown.clone(),
+                open: open.clone(),
             };
             tasks.push(tokio::spawn(acceptor.run(socket)));
         }
@@ -177,17 +206,40 @@ impl Server {
             bound,
             shutdown,
             tasks,
+            open,
+            closed,
+            shutdown_timeout: config.broker().shutdown_timeout,
         })
     }
 
-    /// Tells every connection to close and stops accepting.
-    pub async fn stop(self) {
-        let _ = self.shutdown.send(());
-        for task in self.tasks {
+    /// Stops accepting, tells every connection to close (each says goodbye in its
+    /// protocol and flushes), and waits up to `shutdown_timeout` for them to be gone.
+    /// False when some were still open at the deadline.
+    pub async fn stop(self) -> bool {
+        let Server {
+            tasks,
+            shutdown,
+            open,
+            mut closed,
+            shutdown_timeout,
+            ..
+        } = self;
+        for task in &tasks {
             task.abort();
         }
-        // Give sessions a moment to send their goodbyes.
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // An acceptor holds a sender until its task is gone.
+        for task in tasks {
+            let _ = task.await;
+        }
+        let _ = shutdown.send(());
+        drop(open);
+        let drained = tokio::time::timeout(shutdown_timeout, closed.recv())
+            .await
+            .is_ok();
+        if !drained {
+            tracing::warn!(timeout = ?shutdown_timeout, "connections still open at the shutdown timeout");
+        }
+        drained
     }
 }
 
@@ -198,10 +250,12 @@ struct Acceptor {
     amqp: AmqpOptions,
     permits: Arc<Semaphore>,
     shutdown: broadcast::Sender<()>,
+    open: mpsc::Sender<()>,
 }
 
 impl Acceptor {
     async fn run(self, socket: TcpListener) {
+        let mut full = false;
         loop {
             let (stream, peer) = match socket.accept().await {
                 Ok(pair) => pair,
@@ -213,19 +267,26 @@ impl Acceptor {
                 }
             };
             let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-                tracing::warn!(%peer, "connection limit reached; refusing");
+                // Too many even to refuse politely; logged once a burst, not per socket.
+                if !full {
+                    tracing::warn!(%peer, "connection limit and refusal room reached; closing new sockets");
+                    full = true;
+                }
                 drop(stream);
                 continue;
             };
+            full = false;
             let _ = stream.set_nodelay(true);
             let broker = self.broker.clone();
             let stomp = self.stomp.clone();
             let amqp = self.amqp.clone();
             let protocols = self.listener.protocols.clone();
             let shutdown = self.shutdown.subscribe();
+            let open = self.open.clone();
             tokio::spawn(async move {
                 serve_connection(stream, peer, broker, &protocols, (stomp, amqp), shutdown).await;
                 drop(permit);
+                drop(open);
             });
         }
     }
@@ -237,14 +298,21 @@ async fn serve_connection(
     broker: Broker,
     protocols: &[Protocol],
     (stomp, amqp): (StompOptions, AmqpOptions),
-    shutdown: broadcast::Receiver<()>,
+    mut shutdown: broadcast::Receiver<()>,
 ) {
     let protocol = match protocols {
         [only] => *only,
-        _ => match sniff::sniff(&stream).await {
-            Some(p) => p,
-            None => return,
-        },
+        _ => {
+            let sniffed = tokio::select! {
+                sniffed = sniff::sniff(&stream) => sniffed,
+                // Not a word from the client yet: nothing to say goodbye in.
+                _ = shutdown.recv() => None,
+            };
+            match sniffed {
+                Some(p) => p,
+                None => return,
+            }
+        }
     };
     match protocol {
         Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod amqp_raw;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -119,6 +121,29 @@ impl BrokerProcess {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("broker did not start listening on {}", self.stomp);
+    }
+
+    /// SIGTERM, then waits up to `within` for the process to exit: its exit status,
+    /// `None` if it was still running (then it is killed).
+    pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: signals our own child process, which we have not reaped yet.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+
+    /// Starts the broker again on the same data dir, config and ports.
+    pub fn restart(self) -> Self {
+        self.restart_after_kill()
     }
 
     /// SIGKILL: no chance to flush anything.

@@ -19,19 +19,22 @@ use super::session::{CoreDrain, Session, SessionError};
 use super::txn::Txns;
 use super::waits::{oldest_written, Settled, Waits};
 use crate::core::consumer::Delivery;
-use crate::core::deliveries::WakeBatch;
+use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::PendingAcks;
 use crate::core::{Broker, CoreError, TransactionLimits};
+use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
 use crate::protocol::amqp::wire::definitions::AmqpError;
 use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
+use crate::protocol::driver::{self, ClientFaults, Ending, Io, ReadItem, Timing};
 use dashmap::DashMap;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -40,8 +43,8 @@ use tokio::time::Instant;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
 
-/// Frames taken per wake-up at most, so one busy peer cannot starve the others.
-const MAX_READ_BATCH: usize = 256;
+/// Deliveries taken from the core per wake-up beyond the first, so one flush carries a batch.
+const DELIVERY_BATCH: usize = 256;
 
 /// Limits and names an AMQP acceptor runs with (from the config's limits).
 #[derive(Debug, Clone)]
@@ -58,7 +61,14 @@ pub struct AmqpOptions {
     pub channel_max: u16,
     /// Connection factory of the acceptor (an `open` hostname naming one wins).
     pub connection_factory: Option<String>,
-    pub handshake_timeout: Duration,
+    /// The protocol header and SASL exchange must be over within this.
+    pub sasl_timeout: Duration,
+    /// The peer's `open` must follow its AMQP header within this.
+    pub open_timeout: Duration,
+    /// A frame that started must finish within this; zero: no limit.
+    pub frame_timeout: Duration,
+    /// Which connections may open (shared by every acceptor).
+    pub admission: Admission,
     /// Container ids of open connections that asked to be the only one for their container.
     pub containers: ContainerRegistry,
     /// What transactions may hold (`[limits]`).
@@ -74,7 +84,10 @@ impl Default for AmqpOptions {
             link_credit: 1000,
             channel_max: 255,
             connection_factory: None,
-            handshake_timeout: Duration::from_secs(10),
+            sasl_timeout: Duration::from_secs(10),
+            open_timeout: Duration::from_secs(10),
+            frame_timeout: Duration::from_secs(60),
+            admission: Admission::default(),
             containers: ContainerRegistry::default(),
             transactions: TransactionLimits::default(),
         }
@@ -131,6 +144,25 @@ fn close_error(condition: &str, description: impl Into<String>) -> ConnError {
     ConnError::Close(AmqpError::new(condition, Some(&description.into())))
 }
 
+/// Why the driver stopped an AMQP connection.
+enum Stop {
+    /// The peer closed the connection (our `close` is queued).
+    Closed,
+    Failed(ConnError),
+}
+
+impl From<ConnError> for Stop {
+    fn from(e: ConnError) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+impl From<AmqpCodecError> for Stop {
+    fn from(e: AmqpCodecError) -> Self {
+        Stop::Failed(e.into())
+    }
+}
+
 pub async fn serve<S>(
     io: S,
     peer: SocketAddr,
@@ -140,30 +172,43 @@ pub async fn serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let span = tracing::info_span!("amqp", %peer);
-    run(io, broker, options, shutdown).instrument(span).await
+    let span = driver::connection_span(peer, "amqp");
+    run(io, peer, broker, options, shutdown)
+        .instrument(span)
+        .await
 }
 
-async fn run<S>(io: S, broker: Broker, options: AmqpOptions, mut shutdown: broadcast::Receiver<()>)
-where
+async fn run<S>(
+    io: S,
+    peer: SocketAddr,
+    broker: Broker,
+    options: AmqpOptions,
+    mut shutdown: broadcast::Receiver<()>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let mut framed =
         Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
-    match handshake::handshake(&mut framed, &broker, options.handshake_timeout).await {
-        Ok(user) => tracing::debug!(?user, "authenticated"),
+    let sasl = tokio::select! {
+        result = handshake::handshake(&mut framed, &broker, options.sasl_timeout) => result,
+        // Before `open` there is no AMQP frame to say goodbye with.
+        _ = shutdown.recv() => return,
+    };
+    let user = match sasl {
+        Ok(user) => user,
         Err(e @ (HandshakeError::Closed | HandshakeError::AuthFailed)) => {
             tracing::debug!(error = %e, "handshake ended");
             return;
         }
         Err(e) => {
-            tracing::info!(error = %e, "handshake failed");
+            tracing::warn!(error = %e, "handshake failed");
             return;
         }
-    }
+    };
+    tracing::Span::current().record("user", user.as_deref().unwrap_or("anonymous"));
     let (sink, deliveries) = crate::core::deliveries::channel();
+    let mut io = Io::new(framed, deliveries);
     let mut conn = Connection {
-        framed,
         env: Env {
             broker,
             sink,
@@ -181,34 +226,51 @@ where
         drain: CoreDrain::Idle,
         next_generation: 0,
         options,
-        deliveries,
         sessions: FastMap::default(),
         claim: None,
+        ticket: None,
+        opened: false,
         remote_idle: None,
-        last_read: Instant::now(),
-        last_write: Instant::now(),
+        faults: ClientFaults::default(),
     };
-    let result = match conn.open().await {
-        Ok(true) => conn.main_loop(&mut shutdown).await,
-        Ok(false) => Ok(()),
-        Err(e) => Err(e),
+    let opened = tokio::select! {
+        result = conn.open(&mut io, peer, user.as_deref()) => result,
+        _ = shutdown.recv() => Err(close_error(condition::CONNECTION_FORCED, "broker shutting down")),
     };
-    if let Err(e) = result {
-        let error = match &e {
-            ConnError::Close(err) => err.clone(),
-            ConnError::Codec(AmqpCodecError::Io(_)) => return conn.end_sessions(),
-            ConnError::Codec(c) => AmqpError::from(c),
-        };
-        tracing::info!(condition = error.condition.as_str(), description = ?error.description, "closing connection");
-        conn.out.clear();
-        conn.out.frame(0, Close { error: Some(error) });
-        let _ = conn.flush().await;
+    let error = match opened {
+        Ok(true) => {
+            let timing = conn.timing();
+            match driver::drive(&mut io, &mut conn, timing, &mut shutdown).await {
+                Ending::Stopped(Stop::Closed) => {
+                    // The peer closed or went away: what we owe it goes out if it can.
+                    let _ = conn.flush(&mut io).await;
+                    None
+                }
+                Ending::Stopped(Stop::Failed(e)) => Some(e),
+                Ending::Shutdown => Some(close_error(
+                    condition::CONNECTION_FORCED,
+                    "broker shutting down",
+                )),
+                Ending::Silent => Some(close_error(
+                    condition::RESOURCE_LIMIT_EXCEEDED,
+                    "idle timeout: nothing received",
+                )),
+                Ending::FrameTimeout(limit) => Some(close_error(
+                    condition::CONNECTION_FRAMING_ERROR,
+                    format!("a frame was not completed within {limit:?}"),
+                )),
+            }
+        }
+        Ok(false) => None,
+        Err(e) => Some(e),
+    };
+    if let Some(e) = error {
+        conn.goodbye(&mut io, e).await;
     }
     conn.end_sessions();
 }
 
-struct Connection<S> {
-    framed: Framed<S, AmqpFrameCodec>,
+struct Connection {
     options: AmqpOptions,
     /// What sessions read.
     env: Env,
@@ -221,25 +283,42 @@ struct Connection<S> {
     pending_acks: PendingAcks,
     drain: CoreDrain,
     next_generation: u64,
-    deliveries: crate::core::deliveries::Deliveries,
     /// By the peer's channel number (ours is the same).
     sessions: FastMap<u16, Session>,
     claim: Option<ContainerClaim>,
+    /// The connection's place among the open ones.
+    ticket: Option<Ticket>,
+    /// Whether our `open` went out (a `close` must follow one).
+    opened: bool,
     /// Send something at least this often.
     remote_idle: Option<Duration>,
-    last_read: Instant,
-    last_write: Instant,
+    faults: ClientFaults,
 }
 
-impl<S> Connection<S>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    /// Waits for the peer's `open` and answers it. `Ok(false)` when the connection is refused
-    /// (already answered) or the peer left.
-    async fn open(&mut self) -> Result<bool, ConnError> {
+impl Connection {
+    /// Waits for the peer's `open`, admits the connection and answers it. `Ok(false)` when
+    /// the connection is refused (already answered) or the peer left.
+    async fn open<S>(
+        &mut self,
+        io: &mut Io<S, AmqpFrameCodec>,
+        peer: SocketAddr,
+        user: Option<&str>,
+    ) -> Result<bool, ConnError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let limit = self.options.open_timeout;
+        let deadline = tokio::time::sleep(limit);
+        tokio::pin!(deadline);
         let open = loop {
-            match self.framed.next().await {
+            let item = tokio::select! {
+                item = io.framed.next() => item,
+                _ = &mut deadline => return Err(close_error(
+                    condition::CONNECTION_FORCED,
+                    format!("no open within {limit:?}"),
+                )),
+            };
+            match item {
                 None => return Ok(false),
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(Inbound::Heartbeat)) => continue,
@@ -253,22 +332,24 @@ where
             }
         };
         self.env.container_id = open.container_id.as_str().to_owned();
-        let options = &self.options;
-        let mut reply = Open::new(&format!("weir-{:x}", self.env.broker.next_consumer_id()));
-        reply.max_frame_size = options.max_frame_size;
-        reply.channel_max = options.channel_max.min(open.channel_max);
-        if !options.idle_timeout.is_zero() {
-            reply.idle_time_out = Some(options.idle_timeout.as_millis() as u32);
+        tracing::Span::current().record("client", self.env.container_id.as_str());
+        let mut reply = self.reply_open();
+        reply.channel_max = reply.channel_max.min(open.channel_max);
+        match self.options.admission.admit(peer.ip(), user) {
+            Ok(ticket) => self.ticket = Some(ticket),
+            Err(refusal) => {
+                tracing::info!(%refusal, "connection refused");
+                self.out.frame(0, reply);
+                self.opened = true;
+                let error = AmqpError::new(
+                    condition::RESOURCE_LIMIT_EXCEEDED,
+                    Some(&refusal.to_string()),
+                );
+                self.out.frame(0, Close { error: Some(error) });
+                let _ = self.flush(io).await;
+                return Ok(false);
+            }
         }
-        reply.offered_capabilities = [
-            CAP_DELAYED_DELIVERY,
-            CAP_ANONYMOUS_RELAY,
-            CAP_SHARED_SUBS,
-            CAP_SOLE_CONNECTION,
-        ]
-        .into_iter()
-        .map(Symbol::from_static)
-        .collect();
         let sole = open
             .desired_capabilities
             .iter()
@@ -283,6 +364,7 @@ where
                         Value::Bool(true),
                     )]);
                     self.out.frame(0, reply);
+                    self.opened = true;
                     let mut error = AmqpError::new(
                         condition::INVALID_FIELD,
                         Some("a connection with this container id is already open"),
@@ -292,11 +374,12 @@ where
                         Value::symbol("container-id"),
                     )]);
                     self.out.frame(0, Close { error: Some(error) });
-                    let _ = self.flush().await;
+                    let _ = self.flush(io).await;
                     return Ok(false);
                 }
             }
         }
+        let options = &self.options;
         self.env.factory = open
             .hostname
             .as_ref()
@@ -309,136 +392,82 @@ where
             })
             .cloned();
         self.out.set_split_at(open.max_frame_size);
-        self.framed
+        io.framed
             .codec_mut()
             .set_remote_max_frame_size(open.max_frame_size);
         self.out
-            .set_max_frame(self.framed.codec().remote_max_frame_size());
+            .set_max_frame(io.framed.codec().remote_max_frame_size());
         // Heart-beat at half the peer's timeout, as the spec suggests.
         self.remote_idle = open
             .idle_time_out
             .filter(|t| *t > 0)
             .map(|t| Duration::from_millis(u64::from(t) / 2));
-        tracing::debug!(container = %self.env.container_id, "open");
+        tracing::debug!("open");
         self.out.frame(0, reply);
-        self.flush().await?;
+        self.opened = true;
+        self.flush(io).await?;
         Ok(true)
     }
 
-    async fn main_loop(&mut self, shutdown: &mut broadcast::Receiver<()>) -> Result<(), ConnError> {
+    /// Our `open`, before it is fitted to the peer's.
+    fn reply_open(&self) -> Open {
+        let options = &self.options;
+        let mut reply = Open::new(&format!("weir-{:x}", self.env.broker.next_consumer_id()));
+        reply.max_frame_size = options.max_frame_size;
+        reply.channel_max = options.channel_max;
+        if !options.idle_timeout.is_zero() {
+            reply.idle_time_out = Some(options.idle_timeout.as_millis() as u32);
+        }
+        reply.offered_capabilities = [
+            CAP_DELAYED_DELIVERY,
+            CAP_ANONYMOUS_RELAY,
+            CAP_SHARED_SUBS,
+            CAP_SOLE_CONNECTION,
+        ]
+        .into_iter()
+        .map(Symbol::from_static)
+        .collect();
+        reply
+    }
+
+    /// The driver's clocks once `open` is answered.
+    fn timing(&self) -> Timing {
         let ours = self.options.idle_timeout;
-        let tick = [self.remote_idle, (!ours.is_zero()).then_some(ours)]
-            .into_iter()
-            .flatten()
-            .min()
-            .map_or(Duration::from_secs(3600), |d| d / 4)
-            .max(Duration::from_millis(20));
-        let mut ticker = tokio::time::interval(tick);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                item = self.framed.next() => {
-                    // Once per wake-up, not per frame: the idle check needs no finer clock.
-                    self.last_read = Instant::now();
-                    self.env.read_at_ms = now_ms();
-                    if self.read_batch(item)? {
-                        // The peer closed or went away: what we owe it goes out if it can.
-                        let _ = self.flush().await;
-                        return Ok(());
-                    }
-                }
-                Some(delivery) = self.deliveries.recv() => {
-                    self.deliver(delivery);
-                    // Take what else is ready so one flush carries a batch.
-                    for _ in 0..256 {
-                        match self.deliveries.try_recv() {
-                            Ok(d) => self.deliver(d),
-                            Err(_) => break,
-                        }
-                    }
-                    self.complete_drains();
-                }
-                // Lets the tasks holding the queue go first, then acks for sure.
-                _ = tokio::task::yield_now(), if !self.pending_acks.is_empty() => {
-                    self.pending_acks.apply();
-                }
-                result = oldest_written(&mut self.waits.written), if !self.waits.written.is_empty() => {
-                    self.written(result);
-                    // The rest of a group commit is answered already: one flush for all.
-                    for _ in 0..1024 {
-                        match self.waits.answered() {
-                            Some(result) => self.written(result),
-                            None => break,
-                        }
-                    }
-                }
-                Some(settled) = self.waits.waiting.next(), if !self.waits.waiting.is_empty() => {
-                    self.settled(settled);
-                    // One disk write completes a whole window of transfers at once: answer
-                    // them all with one flush (ranged dispositions), not a write each.
-                    for _ in 0..1024 {
-                        match self.waits.waiting.next().now_or_never() {
-                            Some(Some(settled)) => self.settled(settled),
-                            _ => break,
-                        }
-                    }
-                }
-                _ = ticker.tick() => {
-                    // Twice the announced timeout: peers heart-beat at half of it at best, and
-                    // a busy client's event loop may run late.
-                    if !ours.is_zero() && self.last_read.elapsed() > ours * 2 {
-                        return Err(close_error(condition::RESOURCE_LIMIT_EXCEEDED, "idle timeout: nothing received"));
-                    }
-                    if let Some(every) = self.remote_idle {
-                        if self.out.is_empty() && self.last_write.elapsed() >= every {
-                            self.framed.send(Outbound::Heartbeat).await?;
-                            self.last_write = Instant::now();
-                        }
-                    }
-                }
-                _ = shutdown.recv() => {
-                    return Err(close_error(condition::CONNECTION_FORCED, "broker shutting down"));
-                }
-            }
-            if !self.out.is_empty() {
-                self.flush().await?;
-            }
-            // Pre-settled deliveries count as consumed once written: one ack for the batch.
-            if !self.pending_acks.is_empty() {
-                self.pending_acks.try_apply();
-            }
+        Timing {
+            send_every: self.remote_idle,
+            // Twice the announced timeout: peers heart-beat at half of it at best, and
+            // a busy client's event loop may run late.
+            expect_within: (!ours.is_zero()).then_some(ours * 2),
+            frame_timeout: Some(self.options.frame_timeout).filter(|t| !t.is_zero()),
         }
     }
 
-    /// Takes `first` and the frames already read after it, so one flush answers
-    /// them all (a disposition per transfer would otherwise be a write each) and
-    /// the consumers they feed are woken once. `Ok(true)` when the connection is
-    /// over; what the batch sent is published either way.
-    fn read_batch(
-        &mut self,
-        first: Option<Result<Inbound, AmqpCodecError>>,
-    ) -> Result<bool, ConnError> {
-        let _wakes = WakeBatch::begin();
-        let mut item = first;
-        let mut taken = 0;
-        loop {
-            let over = self.inbound(item);
-            taken += 1;
-            if !matches!(over, Ok(false)) {
-                self.flush_sends();
-                return over;
-            }
-            // A frame taken from the stream must be handled: count before taking.
-            if taken == MAX_READ_BATCH {
-                break;
-            }
-            match self.framed.next().now_or_never() {
-                Some(next) => item = next,
-                None => break,
-            }
+    /// Closes the connection with `e` (after our `open`, which must come first), best effort.
+    async fn goodbye<S>(&mut self, io: &mut Io<S, AmqpFrameCodec>, e: ConnError)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        let error = match &e {
+            ConnError::Close(err) => err.clone(),
+            ConnError::Codec(AmqpCodecError::Io(_)) => return,
+            ConnError::Codec(c) => AmqpError::from(c),
+        };
+        let description = error.description.as_ref().map_or("", |d| d.as_str());
+        let condition = error.condition.as_str();
+        if condition == condition::INTERNAL_ERROR || condition == condition::CONNECTION_FORCED {
+            tracing::info!(condition, description, "closing connection");
+        } else if self.faults.loud() {
+            tracing::warn!(condition, description, "closing connection");
+        } else {
+            tracing::debug!(condition, description, "closing connection");
         }
-        self.flush_sends();
-        Ok(false)
+        self.out.clear();
+        if !self.opened {
+            self.out.frame(0, self.reply_open());
+            self.opened = true;
+        }
+        self.out.frame(0, Close { error: Some(error) });
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.flush(io)).await;
     }
 
     /// The oldest waiting write is on disk (or failed): settle its transfer.
@@ -458,6 +487,7 @@ where
     /// Takes one item from the peer. `Ok(true)` when the connection is over.
     fn inbound(
         &mut self,
+        deliveries: &mut Deliveries,
         item: Option<Result<Inbound, AmqpCodecError>>,
     ) -> Result<bool, ConnError> {
         match item {
@@ -472,12 +502,12 @@ where
                 condition::CONNECTION_FRAMING_ERROR,
                 "SASL frame after SASL",
             )),
-            Some(Ok(Inbound::Frame(Frame::Amqp(frame)))) => self.handle(frame),
+            Some(Ok(Inbound::Frame(Frame::Amqp(frame)))) => self.handle(deliveries, frame),
         }
     }
 
     /// Routes one frame. `Ok(true)` when the peer closed the connection.
-    fn handle(&mut self, frame: AmqpFrame) -> Result<bool, ConnError> {
+    fn handle(&mut self, deliveries: &mut Deliveries, frame: AmqpFrame) -> Result<bool, ConnError> {
         let AmqpFrame {
             channel,
             performative,
@@ -540,7 +570,7 @@ where
                 let is_flow = matches!(other, Performative::Flow(_));
                 let result = self.session_frame(channel, other, payload);
                 if is_flow && result.is_ok() {
-                    self.complete_drains();
+                    self.complete_drains(deliveries);
                 }
                 let Some(session) = self.sessions.get_mut(&channel) else {
                     return Ok(false);
@@ -621,11 +651,11 @@ where
 
     /// A drain makes the core dispatch at once into our channel: send all of
     /// that before telling the peer the drain is over.
-    fn complete_drains(&mut self) {
+    fn complete_drains(&mut self, deliveries: &mut Deliveries) {
         if self.drain == CoreDrain::Idle {
             return;
         }
-        while let Ok(d) = self.deliveries.try_recv() {
+        while let Ok(d) = deliveries.try_recv() {
             self.deliver(d);
         }
         self.drain = CoreDrain::Idle;
@@ -652,9 +682,12 @@ where
 
     /// Writes every frame waiting, in one vectored write when large payloads
     /// are queued beside the encoded frames (see [`Outgoing`]).
-    async fn flush(&mut self) -> Result<(), ConnError> {
-        self.out.write_to(&mut self.framed).await?;
-        self.last_write = Instant::now();
+    async fn flush<S>(&mut self, io: &mut Io<S, AmqpFrameCodec>) -> Result<(), ConnError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send,
+    {
+        self.out.write_to(&mut io.framed).await?;
+        io.last_write = Instant::now();
         Ok(())
     }
 
@@ -674,6 +707,143 @@ where
         self.txns.open.rollback_all();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.consumers);
+        }
+    }
+}
+
+/// What the connection waited for beside the socket.
+enum Waited {
+    /// The oldest waiting disk write is done (or failed).
+    Written(Result<(), CoreError>),
+    /// A transfer's disk write or transaction is done.
+    Settled(Settled),
+}
+
+impl<S> driver::Connection<S> for Connection
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    type Codec = AmqpFrameCodec;
+    type Stop = Stop;
+    type Waited = Waited;
+
+    fn start_reads(&mut self) {
+        // Once per wake-up, not per frame: expiry needs no finer clock.
+        self.env.read_at_ms = now_ms();
+    }
+
+    fn read(
+        &mut self,
+        deliveries: &mut Deliveries,
+        item: ReadItem<AmqpFrameCodec>,
+    ) -> ControlFlow<Stop> {
+        match self.inbound(deliveries, item) {
+            Ok(false) => ControlFlow::Continue(()),
+            Ok(true) => ControlFlow::Break(Stop::Closed),
+            Err(e) => ControlFlow::Break(Stop::Failed(e)),
+        }
+    }
+
+    /// Publishes what the batch's transfers brought, so one flush answers them all (a
+    /// disposition per transfer would otherwise be a write each).
+    fn end_reads(&mut self) {
+        self.flush_sends();
+    }
+
+    async fn after_reads(&mut self, _io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
+        Ok(())
+    }
+
+    async fn deliver(
+        &mut self,
+        io: &mut Io<S, AmqpFrameCodec>,
+        first: Delivery,
+    ) -> Result<(), Stop> {
+        self.deliver(first);
+        // Take what else is ready so one flush carries a batch.
+        for _ in 0..DELIVERY_BATCH {
+            match io.deliveries.try_recv() {
+                Ok(d) => self.deliver(d),
+                Err(_) => break,
+            }
+        }
+        self.complete_drains(&mut io.deliveries);
+        Ok(())
+    }
+
+    fn pending_acks(&mut self) -> &mut PendingAcks {
+        &mut self.pending_acks
+    }
+
+    fn waiting(&self) -> bool {
+        !self.waits.written.is_empty() || !self.waits.waiting.is_empty()
+    }
+
+    async fn wait(&mut self) -> Waited {
+        let waits = &mut self.waits;
+        tokio::select! {
+            result = oldest_written(&mut waits.written), if !waits.written.is_empty() => {
+                Waited::Written(result)
+            }
+            Some(settled) = waits.waiting.next(), if !waits.waiting.is_empty() => {
+                Waited::Settled(settled)
+            }
+            // Not polled while both are empty (see `waiting`).
+            else => std::future::pending().await,
+        }
+    }
+
+    async fn waited(
+        &mut self,
+        _io: &mut Io<S, AmqpFrameCodec>,
+        waited: Waited,
+    ) -> Result<(), Stop> {
+        match waited {
+            Waited::Written(result) => {
+                self.written(result);
+                // The rest of a group commit is answered already: one flush for all.
+                for _ in 0..1024 {
+                    match self.waits.answered() {
+                        Some(result) => self.written(result),
+                        None => break,
+                    }
+                }
+            }
+            Waited::Settled(settled) => {
+                self.settled(settled);
+                // One disk write completes a whole window of transfers at once: answer
+                // them all with one flush (ranged dispositions), not a write each.
+                for _ in 0..1024 {
+                    match self.waits.waiting.next().now_or_never() {
+                        Some(Some(settled)) => self.settled(settled),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn heartbeat(&mut self, io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
+        // Frames about to go out do as well.
+        if self.out.is_empty() {
+            io.framed.send(Outbound::Heartbeat).await?;
+            io.last_write = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self, io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
+        if !self.out.is_empty() {
+            Connection::flush(self, io).await?;
+        }
+        Ok(())
+    }
+
+    /// Pre-settled deliveries count as consumed once written: one ack for the batch.
+    fn end_wake(&mut self) {
+        if !self.pending_acks.is_empty() {
+            self.pending_acks.try_apply();
         }
     }
 }

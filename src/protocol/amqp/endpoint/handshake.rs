@@ -21,8 +21,8 @@ use tokio_util::codec::Framed;
 pub enum HandshakeError {
     #[error("peer closed the connection during the handshake")]
     Closed,
-    #[error("no protocol header in time")]
-    Timeout,
+    #[error("the protocol header and SASL exchange did not finish within {0:?}")]
+    Timeout(Duration),
     #[error("unsupported protocol header {0:?}")]
     Unsupported(ProtocolHeader),
     #[error("SASL authentication failed")]
@@ -60,15 +60,31 @@ pub async fn handshake<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    match tokio::time::timeout(timeout, exchange(framed, broker)).await {
+    let mut awaiting_outcome = false;
+    let result =
+        tokio::time::timeout(timeout, exchange(framed, broker, &mut awaiting_outcome)).await;
+    match result {
         Ok(r) => r,
-        Err(_) => Err(HandshakeError::Timeout),
+        Err(_) => {
+            if awaiting_outcome {
+                // A client waiting for its outcome learns why it ends (best effort).
+                let outcome = SaslOutcome {
+                    code: SaslCode::SysTemp,
+                    additional_data: None,
+                };
+                let send = framed.send(Outbound::Frame(Frame::Sasl(SaslFrame::Outcome(outcome))));
+                let _ = tokio::time::timeout(Duration::from_secs(1), send).await;
+            }
+            Err(HandshakeError::Timeout(timeout))
+        }
     }
 }
 
+/// `awaiting_outcome`: the client was offered mechanisms and has no outcome yet.
 async fn exchange<S>(
     framed: &mut Framed<S, AmqpFrameCodec>,
     broker: &Broker,
+    awaiting_outcome: &mut bool,
 ) -> Result<Principal, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -102,6 +118,7 @@ where
             SaslMechanisms { mechanisms },
         ))))
         .await?;
+    *awaiting_outcome = true;
     let init = match next(framed).await? {
         Inbound::Frame(Frame::Sasl(SaslFrame::Init(init))) => init,
         _ => return Err(HandshakeError::Sasl("expected sasl-init")),
@@ -111,6 +128,7 @@ where
         "ANONYMOUS" if anonymous => Ok(None),
         _ => Err(HandshakeError::AuthFailed),
     };
+    *awaiting_outcome = false;
     let code = if principal.is_ok() {
         SaslCode::Ok
     } else {
