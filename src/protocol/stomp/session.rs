@@ -251,10 +251,11 @@ where
         self.version = version;
         let login = frame.header("login");
         let passcode = frame.header("passcode");
-        self.broker
-            .auth()
-            .authenticate(login, passcode)
-            .map_err(|e| SessionError::Auth(e.to_string()))?;
+        if let Err(e) = self.broker.auth().authenticate(login, passcode) {
+            // Guessing passwords gets slow; the delay is fixed so it tells nothing.
+            tokio::time::sleep(self.broker.auth().failure_delay()).await;
+            return Err(SessionError::Auth(e.to_string()));
+        }
         if version != Version::V1_0
             && frame.command == Command::Connect
             && frame.header("host").is_none()
