@@ -112,3 +112,76 @@ fn stomp_passcodes_are_checked_against_credentials() {
         assert!(started.elapsed() >= DELAY, "refused before the delay");
     }
 }
+
+/// Sends one SASL frame (type 1) whose body is `performative` with a list8 of `fields`.
+fn sasl_frame(descriptor: u8, fields: &[u8], count: u8) -> Vec<u8> {
+    let mut body = vec![
+        0x00,
+        0x53,
+        descriptor,
+        0xc0,
+        (fields.len() + 1) as u8,
+        count,
+    ];
+    body.extend_from_slice(fields);
+    let mut frame = ((body.len() + 8) as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&[2, 1, 0, 0]);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// Reads one frame's body.
+fn read_frame(stream: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).expect("frame size");
+    let mut rest = vec![0u8; u32::from_be_bytes(size) as usize - 4];
+    stream.read_exact(&mut rest).expect("frame");
+    rest.split_off(4)
+}
+
+/// A client that breaks the SCRAM rules by hand gets the `auth` outcome, not a hang or a
+/// silent close, and the connection ends after it.
+#[test]
+fn broken_scram_exchanges_get_the_auth_outcome() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), Some(&config()));
+    let addr = broker.amqp.expect("AMQP listener");
+    for client_first in [
+        &b"p=tls-unique,,n=alice,r=abc"[..],
+        b"n,,n=alice",
+        b"n,,r=abc",
+        b"\xff\xfe",
+    ] {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"AMQP\x03\x01\x00\x00").unwrap();
+        let mut header = [0u8; 8];
+        s.read_exact(&mut header).unwrap();
+        assert_eq!(&header, b"AMQP\x03\x01\x00\x00");
+        let mechanisms = read_frame(&mut s);
+        assert!(mechanisms.windows(13).any(|w| w == b"SCRAM-SHA-256"));
+        let mut fields = vec![0xa3, 13];
+        fields.extend_from_slice(b"SCRAM-SHA-256");
+        fields.extend_from_slice(&[0xa0, client_first.len() as u8]);
+        fields.extend_from_slice(client_first);
+        s.write_all(&sasl_frame(0x41, &fields, 2)).unwrap();
+        let started = Instant::now();
+        let outcome = read_frame(&mut s);
+        assert!(started.elapsed() >= DELAY, "refused before the delay");
+        assert_eq!(&outcome[..3], &[0x00, 0x53, 0x44], "sasl-outcome");
+        let code_at = match outcome[3] {
+            0xc0 => 6,
+            0xd0 => 12,
+            other => panic!("unexpected list encoding {other:#x}"),
+        };
+        assert_eq!(&outcome[code_at..code_at + 2], &[0x50, 1], "code auth");
+        let mut rest = Vec::new();
+        assert_eq!(
+            s.read_to_end(&mut rest).unwrap(),
+            0,
+            "closed after the outcome"
+        );
+    }
+}
