@@ -2,6 +2,7 @@
 
 mod admin {
     pub mod schedule;
+    pub mod user;
 }
 mod memory;
 
@@ -32,6 +33,9 @@ enum Command {
     Serve(ServeArgs),
     /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
+    /// Make user entries for the config: `weir user add NAME` prints a [[users]] entry with
+    /// a SCRAM credential of the password read from the terminal or stdin.
+    User(admin::user::UserArgs),
     /// Load-test a STOMP or AMQP 1.0 broker (or serve the relay ceilings with
     /// --sink-stomp and --sink-amqp).
     Perf(weir::perf::PerfArgs),
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Serve(args) => serve(args),
         Command::Schedule(args) => admin::schedule::run(args),
+        Command::User(args) => admin::user::run(args),
         Command::Perf(args) => weir::perf::main(args),
     }
 }

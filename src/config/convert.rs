@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::core::delay_headers::DelayHeader;
+use crate::core::security::{CredentialError, Secret};
 use crate::core::settings::{
     AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
 };
@@ -26,6 +27,8 @@ pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
 pub(super) const DEFAULT_AMQP: &str = "127.0.0.1:5672";
 const DEFAULT_NAME: &str = "weir";
 const DEFAULT_DATA_DIR: &str = "./weir-data";
+/// Long enough to make guessing passwords slow, short enough not to bother a person.
+const DEFAULT_LOGIN_FAILURE_DELAY: Duration = Duration::from_secs(1);
 const DEFAULT_BATCH_WINDOW: Duration = Duration::from_millis(2);
 const DEFAULT_MAX_BATCH: u64 = 1_000;
 const DEFAULT_HOLD_FOR_ACK: Duration = Duration::from_millis(5);
@@ -500,9 +503,24 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
         if u.name.is_empty() {
             return Err(ConfigError::key(key.field("name"), Problem::Empty));
         }
-        if u.password.is_empty() {
-            return Err(ConfigError::key(key.field("password"), Problem::Empty));
-        }
+        let secret = match (u.password, u.credential) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::key(key, Problem::PasswordAndCredential))
+            }
+            (None, None) => {
+                return Err(ConfigError::key(
+                    key,
+                    Problem::Schema("missing field `credential` (or `password`)".into()),
+                ))
+            }
+            (Some(p), None) if p.is_empty() => {
+                return Err(ConfigError::key(key.field("password"), Problem::Empty))
+            }
+            (Some(p), None) => Secret::Password(p),
+            (None, Some(c)) => Secret::Credential(c.parse().map_err(|e: CredentialError| {
+                ConfigError::key(key.field("credential"), Problem::Credential(e))
+            })?),
+        };
         if out.iter().any(|o| o.name == u.name) {
             return Err(ConfigError::key(
                 key.field("name"),
@@ -511,12 +529,30 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
         }
         out.push(User {
             name: u.name,
-            password: u.password,
+            secret,
         });
+    }
+    let delay_key = KeyPath::root("security").field("login_failure_delay");
+    let login_failure_delay = duration_or(
+        raw.login_failure_delay.as_ref(),
+        DEFAULT_LOGIN_FAILURE_DELAY,
+        &delay_key,
+    )?;
+    let max_delay = Duration::from_secs(60);
+    if login_failure_delay > max_delay {
+        return Err(ConfigError::key(
+            delay_key,
+            Problem::DurationOutOfRange {
+                min: Duration::from_millis(1),
+                max: max_delay,
+                zero_allowed: true,
+            },
+        ));
     }
     Ok(Security {
         allow_anonymous: raw.allow_anonymous.unwrap_or(out.is_empty()),
         users: out,
+        login_failure_delay,
     })
 }
 

@@ -59,6 +59,10 @@ pub enum Problem {
     },
     #[error("must not be empty")]
     Empty,
+    #[error(transparent)]
+    Credential(#[from] crate::core::security::CredentialError),
+    #[error("give either `credential` (from `weir user add`) or `password`, not both")]
+    PasswordAndCredential,
     #[error("\"{0}\" is declared twice")]
     Duplicate(String),
     #[error("{addr} is already used by {other}")]

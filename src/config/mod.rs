@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::core::security::Secret;
 use crate::core::settings::{QueueSettings, SettingsTable};
 
 pub use error::{ConfigError, KeyPath, Problem};
@@ -136,15 +137,19 @@ pub struct Limits {
 #[derive(Clone, PartialEq, Eq)]
 pub struct User {
     pub name: String,
-    pub password: String,
+    pub secret: Secret,
 }
 
 impl fmt::Debug for User {
     // Keeps passwords out of logs that print the config.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.secret {
+            Secret::Password(_) => "password",
+            Secret::Credential(_) => "credential",
+        };
         f.debug_struct("User")
             .field("name", &self.name)
-            .field("password", &"***")
+            .field(kind, &"***")
             .finish()
     }
 }
@@ -153,6 +158,8 @@ impl fmt::Debug for User {
 pub struct Security {
     pub allow_anonymous: bool,
     pub users: Vec<User>,
+    /// How long a failed login waits before it is refused.
+    pub login_failure_delay: Duration,
 }
 
 /// Artemis-style client defaults for message grouping, picked by a listener by name.

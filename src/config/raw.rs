@@ -105,13 +105,15 @@ pub(super) struct RawLimits {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUser {
     pub name: String,
-    pub password: String,
+    pub password: Option<String>,
+    pub credential: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawSecurity {
     pub allow_anonymous: Option<bool>,
+    pub login_failure_delay: Option<RawDuration>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -74,13 +74,18 @@ fn reference_queue_defaults_match_the_built_in_defaults() {
 fn reference_commented_examples_parse() {
     let uncommented = REFERENCE
         .replace(
-            "# [[users]]\n# name = \"admin\"\n# password = \"change-me\"",
-            "[[users]]\nname = \"admin\"\npassword = \"change-me\"",
+            "# [[users]]\n# name = \"admin\"\n# credential",
+            "[[users]]\nname = \"admin\"\ncredential",
         )
         .replace("# allow_anonymous = true", "allow_anonymous = true");
     let c = load(&uncommented);
     assert_eq!(c.users().len(), 1, "users example not found in weir.toml");
     assert!(c.allow_anonymous());
+    // The example's password is the one its comment names.
+    match &c.users()[0].secret {
+        crate::config::Secret::Credential(cred) => assert!(cred.verify_password("change-me")),
+        crate::config::Secret::Password(_) => panic!("the example should show a credential"),
+    }
 }
 
 #[test]
@@ -287,7 +292,23 @@ fn schema_errors_name_the_key() {
         ),
         (
             "[[users]]\nname = \"a\"",
-            "config: users[0]: missing field `password`",
+            "config: users[0]: missing field `credential` (or `password`)",
+        ),
+        (
+            "[[users]]\nname = \"a\"\npassword = \"p\"\ncredential = \"x\"",
+            "config: users[0]: give either `credential`",
+        ),
+        (
+            "[[users]]\nname = \"a\"\ncredential = \"SCRAM-SHA-256$12:AAAA$AAAA:AAAA\"",
+            "config: users[0].credential: iterations must be 4096 to 10000000",
+        ),
+        (
+            "[[users]]\nname = \"a\"\ncredential = \"SCRAM-MD5$4096:AAAA$AAAA:AAAA\"",
+            "config: users[0].credential: unknown mechanism 'SCRAM-MD5'",
+        ),
+        (
+            "[security]\nlogin_failure_delay = \"2m\"",
+            "config: security.login_failure_delay: must be 0 or between",
         ),
     ];
     for (text, want) in cases {
@@ -510,6 +531,9 @@ fn anonymous_access_follows_users() {
     assert!(!c.allow_anonymous());
     assert_eq!(c.users()[0].name, "app");
     assert!(!format!("{:?}", c.users()).contains("secret"));
+    assert_eq!(c.security().login_failure_delay, Duration::from_secs(1));
+    let c = load("[security]\nlogin_failure_delay = \"50ms\"");
+    assert_eq!(c.security().login_failure_delay, Duration::from_millis(50));
     let c = load(&format!("{with_user}\n[security]\nallow_anonymous = true"));
     assert!(c.allow_anonymous());
     assert!(!load("[security]\nallow_anonymous = false").allow_anonymous());

@@ -1,7 +1,6 @@
 //! The broker: names to queues, publish and subscribe, recovery at start.
 //! Protocols call only this and the handles it returns.
 
-use super::auth::Authenticator;
 use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
 use super::delay_headers::{self, DelayHeaderNames};
 use super::error::CoreError;
@@ -11,6 +10,7 @@ use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
 use super::receipt::Receipt;
+use super::security::Authenticator;
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};

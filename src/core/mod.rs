@@ -1,7 +1,6 @@
 //! The protocol-neutral broker core: messages, queues, grouping, delays and
 //! dispatch. Nothing here knows which protocol a message came from.
 
-pub mod auth;
 pub mod broker;
 pub mod consumer;
 pub mod delay_headers;
@@ -17,6 +16,7 @@ pub mod properties;
 pub mod queue;
 pub mod receipt;
 pub mod schedule;
+pub mod security;
 pub mod selector;
 pub mod settings;
 pub mod transaction;

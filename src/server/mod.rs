@@ -4,9 +4,9 @@
 mod sniff;
 
 use crate::config::{self, Config, Listener, Protocol};
-use crate::core::auth::Authenticator;
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
+use crate::core::security::{Authenticator, CredentialError, Secret};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
@@ -41,6 +41,8 @@ pub enum ServerError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot load the users: {0}")]
+    Users(#[from] CredentialError),
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -85,13 +87,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
         path: dir.display().to_string(),
         source,
     })?;
-    let auth = Authenticator::new(
-        config
-            .users()
-            .iter()
-            .map(|u| (u.name.clone(), u.password.clone())),
-        config.allow_anonymous(),
-    );
+    let auth = authenticator(config)?;
     let broker = Broker::open(
         store,
         BrokerOptions {
@@ -111,6 +107,26 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
     )?;
     broker.set_scheduler(Schedule::open(&broker, ScheduleOptions::default())?);
     Ok(broker)
+}
+
+fn authenticator(config: &Config) -> Result<Authenticator, CredentialError> {
+    for user in config.users() {
+        if matches!(user.secret, Secret::Password(_)) {
+            tracing::warn!(
+                user = %user.name,
+                "plain-text password in the config: replace it with the `credential` that \
+                 `weir user add` prints"
+            );
+        }
+    }
+    Authenticator::new(
+        config
+            .users()
+            .iter()
+            .map(|u| (u.name.clone(), u.secret.clone())),
+        config.allow_anonymous(),
+        config.security().login_failure_delay,
+    )
 }
 
 fn stomp_options(config: &Config, admission: Admission) -> StompOptions {

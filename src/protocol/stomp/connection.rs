@@ -207,11 +207,14 @@ impl StompConnection {
         session.version = version;
         let login = frame.header("login");
         let passcode = frame.header("passcode");
-        let user = session
-            .broker
-            .auth()
-            .authenticate(login, passcode)
-            .map_err(|e| SessionError::Auth(e.to_string()))?;
+        let user = match session.broker.auth().authenticate(login, passcode) {
+            Ok(user) => user,
+            Err(e) => {
+                // Guessing passwords gets slow; the delay is fixed so it tells nothing.
+                tokio::time::sleep(session.broker.auth().failure_delay()).await;
+                return Err(SessionError::Auth(e.to_string()));
+            }
+        };
         let span = tracing::Span::current();
         span.record("user", user.as_deref().unwrap_or("anonymous"));
         if let Some(id) = frame.header("client-id") {
