@@ -8,6 +8,12 @@
 //! frame every fourth. A large frame asks for room for a run of frames like it,
 //! so reads and copies come once per many frames; small frames ask only for
 //! what they lack, and their connections keep the default buffer.
+//!
+//! A frame's length is what the peer declares, not what it sent: room beyond
+//! [`UNEARNED_ROOM`] is granted only as the frame's bytes arrive (at most as
+//! much again as is buffered, so the buffer doubles while the bytes keep
+//! coming). A peer announcing a 10 MiB frame and sending 1 KiB holds 256 KiB
+//! of address space at most, and only the pages it wrote.
 
 use bytes::BytesMut;
 
@@ -17,17 +23,22 @@ const LARGE_FRAME: usize = 8 * 1024;
 const FRAMES_AHEAD: usize = 16;
 /// ...but no more room than this in all (a frame larger than it gets just its own).
 const MAX_AHEAD: usize = 512 * 1024;
+/// Room granted whatever has arrived: enough for [`FRAMES_AHEAD`] frames of
+/// 16 KiB, so common message sizes keep their read-ahead.
+const UNEARNED_ROOM: usize = 256 * 1024;
 
 /// Makes room in `src` for the rest of a frame of `frame_len` bytes (and, for a
-/// large one, for the frames likely to follow it).
+/// large one, for the frames likely to follow it), within what the bytes
+/// received so far justify.
 pub fn reserve_frame(src: &mut BytesMut, frame_len: usize) {
     let missing = frame_len.saturating_sub(src.len());
-    let room = if frame_len >= LARGE_FRAME {
-        missing.max((frame_len * FRAMES_AHEAD).min(MAX_AHEAD))
+    let wanted = if frame_len >= LARGE_FRAME {
+        missing.max(frame_len.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD))
     } else {
         missing
     };
-    src.reserve(room);
+    let earned = src.len().max(UNEARNED_ROOM);
+    src.reserve(wanted.min(earned));
 }
 
 #[cfg(test)]
@@ -62,8 +73,33 @@ mod tests {
     #[test]
     fn read_ahead_is_bounded() {
         let mut src = BytesMut::new();
-        reserve_frame(&mut src, 4 * 1024 * 1024);
-        assert!(src.capacity() >= 4 * 1024 * 1024);
-        assert!(src.capacity() < 4 * 1024 * 1024 + 2 * MAX_AHEAD);
+        src.extend_from_slice(&[0; 4 * 1024 * 1024]);
+        reserve_frame(&mut src, 8 * 1024 * 1024);
+        assert!(src.capacity() >= 8 * 1024 * 1024);
+        assert!(src.capacity() < 8 * 1024 * 1024 + 2 * MAX_AHEAD);
+    }
+
+    #[test]
+    fn a_declared_length_alone_buys_no_room() {
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&[0; 1024]);
+        reserve_frame(&mut src, 10 * 1024 * 1024);
+        assert!(src.capacity() <= 2 * UNEARNED_ROOM);
+    }
+
+    #[test]
+    fn room_grows_with_the_bytes_that_arrive() {
+        let frame = 10 * 1024 * 1024;
+        let mut src = BytesMut::new();
+        let mut reserves = 0;
+        while src.len() < frame {
+            reserve_frame(&mut src, frame);
+            reserves += 1;
+            assert!(src.capacity() <= (2 * src.len()).max(UNEARNED_ROOM) + frame / 8);
+            let n = (src.capacity() - src.len()).min(frame - src.len());
+            src.extend_from_slice(&vec![1; n]);
+        }
+        // Doubling: a handful of reallocations, not one per read.
+        assert!(reserves < 12, "{reserves} reserves");
     }
 }
