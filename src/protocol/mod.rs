@@ -2,6 +2,7 @@
 //! and talks to the broker only through the core API.
 
 pub mod amqp;
+pub mod fairness;
 pub mod read_ahead;
 pub mod stomp;
 pub mod write_parts;

@@ -30,8 +30,7 @@ use tokio::sync::broadcast;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
 
-/// Frames taken per wake-up at most, so one busy client cannot starve the others.
-const MAX_READ_BATCH: usize = 256;
+use crate::protocol::fairness::{self, MAX_READ_BATCH};
 
 /// Deliveries stop being added to one write once this much is buffered (large messages).
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
@@ -218,7 +217,7 @@ where
     // Nothing of an uncommitted transaction happens; what it acknowledged comes back.
     session.transactions.rollback_all();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
-    session.subs.clear();
+    fairness::release_in_chunks(session.subs.drain().map(|(_, sub)| sub)).await;
 }
 
 impl<S> Session<S>
@@ -321,6 +320,8 @@ where
                     self.write_ready_receipts().await.map_err(|e| (e, None))?;
                     match batch {
                         Batch::Read => {}
+                        // Others wait while frames remain buffered: let them run.
+                        Batch::Full => tokio::task::yield_now().await,
                         Batch::Closed => return Ok(()),
                         Batch::Failed(e, receipt) => return Err((e, receipt)),
                         Batch::Disconnect(receipt) => {
@@ -481,7 +482,10 @@ where
                 }
             }
             // A frame taken from the stream must be handled: stop before taking one.
-            if taken == MAX_READ_BATCH || self.receipts.len() >= self.options.max_pending_receipts {
+            if taken == MAX_READ_BATCH {
+                return Batch::Full;
+            }
+            if self.receipts.len() >= self.options.max_pending_receipts {
                 break;
             }
             match self.framed.next().now_or_never() {
@@ -883,6 +887,8 @@ where
 enum Batch {
     /// All taken; read on.
     Read,
+    /// A whole batch taken, more may be buffered: yield before reading on.
+    Full,
     /// The peer closed the connection.
     Closed,
     /// A frame was bad: the error, and the receipt it asked for.

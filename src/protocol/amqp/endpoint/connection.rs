@@ -29,6 +29,7 @@ use crate::protocol::amqp::wire::definitions::AmqpError;
 use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
+use crate::protocol::fairness::MAX_READ_BATCH;
 use dashmap::DashMap;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -39,9 +40,6 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
-
-/// Frames taken per wake-up at most, so one busy peer cannot starve the others.
-const MAX_READ_BATCH: usize = 256;
 
 /// Limits and names an AMQP acceptor runs with (from the config's limits).
 #[derive(Debug, Clone)]
@@ -196,7 +194,7 @@ where
     if let Err(e) = result {
         let error = match &e {
             ConnError::Close(err) => err.clone(),
-            ConnError::Codec(AmqpCodecError::Io(_)) => return conn.end_sessions(),
+            ConnError::Codec(AmqpCodecError::Io(_)) => return conn.end_sessions().await,
             ConnError::Codec(c) => AmqpError::from(c),
         };
         tracing::info!(condition = error.condition.as_str(), description = ?error.description, "closing connection");
@@ -204,7 +202,17 @@ where
         conn.out.frame(0, Close { error: Some(error) });
         let _ = conn.flush().await;
     }
-    conn.end_sessions();
+    conn.end_sessions().await;
+}
+
+/// How a read batch ended.
+enum Batch {
+    /// Everything buffered was taken.
+    Read,
+    /// A whole batch taken, more may be buffered.
+    Full,
+    /// The connection is over.
+    Over,
 }
 
 struct Connection<S> {
@@ -341,10 +349,15 @@ where
                     // Once per wake-up, not per frame: the idle check needs no finer clock.
                     self.last_read = Instant::now();
                     self.env.read_at_ms = now_ms();
-                    if self.read_batch(item)? {
-                        // The peer closed or went away: what we owe it goes out if it can.
-                        let _ = self.flush().await;
-                        return Ok(());
+                    match self.read_batch(item)? {
+                        Batch::Read => {}
+                        // Others wait while frames remain buffered: let them run.
+                        Batch::Full => tokio::task::yield_now().await,
+                        Batch::Over => {
+                            // The peer closed or went away: what we owe it goes out if it can.
+                            let _ = self.flush().await;
+                            return Ok(());
+                        }
                     }
                 }
                 Some(delivery) = self.deliveries.recv() => {
@@ -412,12 +425,12 @@ where
 
     /// Takes `first` and the frames already read after it, so one flush answers
     /// them all (a disposition per transfer would otherwise be a write each) and
-    /// the consumers they feed are woken once. `Ok(true)` when the connection is
-    /// over; what the batch sent is published either way.
+    /// the consumers they feed are woken once. What the batch sent is
+    /// published however it ends.
     fn read_batch(
         &mut self,
         first: Option<Result<Inbound, AmqpCodecError>>,
-    ) -> Result<bool, ConnError> {
+    ) -> Result<Batch, ConnError> {
         let _wakes = WakeBatch::begin();
         let mut item = first;
         let mut taken = 0;
@@ -426,11 +439,12 @@ where
             taken += 1;
             if !matches!(over, Ok(false)) {
                 self.flush_sends();
-                return over;
+                return over.map(|_| Batch::Over);
             }
             // A frame taken from the stream must be handled: count before taking.
             if taken == MAX_READ_BATCH {
-                break;
+                self.flush_sends();
+                return Ok(Batch::Full);
             }
             match self.framed.next().now_or_never() {
                 Some(next) => item = next,
@@ -438,7 +452,7 @@ where
             }
         }
         self.flush_sends();
-        Ok(false)
+        Ok(Batch::Read)
     }
 
     /// The oldest waiting write is on disk (or failed): settle its transfer.
@@ -665,8 +679,9 @@ where
         }
     }
 
-    /// Drops every link: unsettled messages go back to their queues.
-    fn end_sessions(&mut self) {
+    /// Drops every link: unsettled messages go back to their queues. A
+    /// session may hold many links: other connections run between sessions.
+    async fn end_sessions(&mut self) {
         // Messages received whole are published even as the connection ends.
         self.flush_sends();
         self.pending_acks.apply();
@@ -674,6 +689,7 @@ where
         self.txns.open.rollback_all();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.consumers);
+            tokio::task::yield_now().await;
         }
     }
 }
