@@ -117,6 +117,14 @@ pub struct Limits {
     pub max_transaction_bytes: usize,
     /// Transactions one connection may have open at once.
     pub max_open_transactions: usize,
+    /// STOMP subscriptions one connection may hold.
+    pub max_subscriptions_per_connection: usize,
+    /// AMQP sessions one connection may have begun.
+    pub max_sessions_per_connection: usize,
+    /// AMQP links one session may have attached.
+    pub max_links_per_session: usize,
+    /// AMQP deliveries sent on one link and not yet settled by the peer.
+    pub max_unsettled_per_link: usize,
 }
 
 #[derive(Clone, PartialEq, Eq)]

@@ -92,6 +92,10 @@ pub(super) struct RawLimits {
     pub max_transaction_ops: Option<u64>,
     pub max_transaction_bytes: Option<RawSize>,
     pub max_open_transactions: Option<u64>,
+    pub max_subscriptions_per_connection: Option<u64>,
+    pub max_sessions_per_connection: Option<u64>,
+    pub max_links_per_session: Option<u64>,
+    pub max_unsettled_per_link: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -47,6 +47,8 @@ pub struct StompOptions {
     pub max_pending_receipts: usize,
     /// What transactions may hold (`[limits]`).
     pub transactions: TransactionLimits,
+    /// Subscriptions one connection may hold (`max_subscriptions_per_connection`).
+    pub max_subscriptions: usize,
     pub server_name: String,
     /// The connection factory of the acceptor, if it names one; a CONNECT
     /// `host` naming a factory overrides it.
@@ -61,6 +63,7 @@ impl Default for StompOptions {
             connect_timeout: Duration::from_secs(30),
             max_pending_receipts: 10_000,
             transactions: TransactionLimits::default(),
+            max_subscriptions: 10_000,
             server_name: format!("weir/{}", env!("CARGO_PKG_VERSION")),
             connection_factory: None,
         }
@@ -86,6 +89,10 @@ enum SessionError {
     Auth(String),
     #[error("no common version: this server speaks 1.0, 1.1 and 1.2")]
     NoCommonVersion,
+    #[error(
+        "more than {0} subscriptions on this connection (limits.max_subscriptions_per_connection)"
+    )]
+    TooManySubscriptions(usize),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -639,6 +646,11 @@ where
             return Err(SessionError::Protocol(format!(
                 "subscription '{id}' already exists"
             )));
+        }
+        if self.subs.len() >= self.options.max_subscriptions {
+            return Err(SessionError::TooManySubscriptions(
+                self.options.max_subscriptions,
+            ));
         }
         let ack = match frame.header("ack").unwrap_or("auto") {
             "auto" => AckMode::Auto,

@@ -53,7 +53,13 @@ pub struct AmqpOptions {
     pub idle_timeout: Duration,
     /// Credit each receiving link grants its sender.
     pub link_credit: u32,
-    pub channel_max: u16,
+    /// Sessions one connection may begin (`max_sessions_per_connection`):
+    /// announced as channel-max (channels 0 to one less).
+    pub max_sessions: usize,
+    /// Links one session may attach (`max_links_per_session`).
+    pub max_links_per_session: usize,
+    /// Deliveries sent on a link and unsettled before it stops (`max_unsettled_per_link`).
+    pub max_unsettled_per_link: usize,
     /// Connection factory of the acceptor (an `open` hostname naming one wins).
     pub connection_factory: Option<String>,
     pub handshake_timeout: Duration,
@@ -70,12 +76,21 @@ impl Default for AmqpOptions {
             max_message_size: 100 << 20,
             idle_timeout: Duration::from_secs(60),
             link_credit: 1000,
-            channel_max: 255,
+            max_sessions: 256,
+            max_links_per_session: 1000,
+            max_unsettled_per_link: 10_000,
             connection_factory: None,
             handshake_timeout: Duration::from_secs(10),
             containers: ContainerRegistry::default(),
             transactions: TransactionLimits::default(),
         }
+    }
+}
+
+impl AmqpOptions {
+    /// The highest channel a session may use.
+    fn channel_max(&self) -> u16 {
+        u16::try_from(self.max_sessions.saturating_sub(1)).unwrap_or(u16::MAX)
     }
 }
 
@@ -169,6 +184,8 @@ where
             factory: None,
             max_message_size: options.max_message_size,
             link_credit: options.link_credit,
+            max_links_per_session: options.max_links_per_session,
+            max_unsettled_per_link: options.max_unsettled_per_link,
             read_at_ms: now_ms(),
         },
         out: Outgoing::default(),
@@ -264,7 +281,7 @@ where
         let options = &self.options;
         let mut reply = Open::new(&format!("weir-{:x}", self.env.broker.next_consumer_id()));
         reply.max_frame_size = options.max_frame_size;
-        reply.channel_max = options.channel_max.min(open.channel_max);
+        reply.channel_max = options.channel_max().min(open.channel_max);
         if !options.idle_timeout.is_zero() {
             reply.idle_time_out = Some(options.idle_timeout.as_millis() as u32);
         }
@@ -532,10 +549,15 @@ where
                         "channel already in use",
                     ));
                 }
-                if channel > self.options.channel_max {
+                if channel > self.options.channel_max()
+                    || self.sessions.len() >= self.options.max_sessions
+                {
                     return Err(close_error(
-                        condition::NOT_ALLOWED,
-                        "channel over channel-max",
+                        condition::RESOURCE_LIMIT_EXCEEDED,
+                        format!(
+                            "more than {} sessions on this connection (limits.max_sessions_per_connection)",
+                            self.options.max_sessions
+                        ),
                     ));
                 }
                 self.next_generation += 1;
