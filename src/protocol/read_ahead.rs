@@ -16,6 +16,10 @@
 //! of address space at most, and only the pages it wrote.
 
 use bytes::BytesMut;
+use std::time::Duration;
+
+/// A connection that read nothing for this long gives its large read buffer back.
+pub const QUIET: Duration = Duration::from_secs(1);
 
 /// Frames from this size on get room for more frames like them.
 const LARGE_FRAME: usize = 8 * 1024;
@@ -26,6 +30,43 @@ const MAX_AHEAD: usize = 512 * 1024;
 /// Room granted whatever has arrived: enough for [`FRAMES_AHEAD`] frames of
 /// 16 KiB, so common message sizes keep their read-ahead.
 const UNEARNED_ROOM: usize = 256 * 1024;
+
+/// The read buffer a connection starts with: what an idle connection holds.
+/// A large buffer is resident in full once used, so 10,000 idle connections
+/// at 64 KiB each would hold 640 MiB.
+pub const IDLE_READ_BUFFER: usize = 4 * 1024;
+
+/// The read buffer of a connection with traffic: one read system call takes
+/// many frames. `bytes` sizes each buffer after the first frame is cut by the
+/// capacity the buffer was created with, so this is set by replacing the
+/// buffer, not by growing it.
+const BUSY_READ_BUFFER: usize = 64 * 1024;
+
+/// Sizes a connection's read buffer by its traffic: small while idle, large
+/// once a read brings several frames, small again once it goes quiet.
+#[derive(Debug, Default)]
+pub struct ReadBufferSize {
+    busy: bool,
+}
+
+impl ReadBufferSize {
+    /// After a read batch of `frames` frames: a connection with traffic gets
+    /// the large buffer, once, when nothing is buffered (so nothing is copied).
+    pub fn after_batch(&mut self, buf: &mut BytesMut, frames: usize) {
+        if !self.busy && frames > 1 && buf.is_empty() {
+            self.busy = true;
+            *buf = BytesMut::with_capacity(BUSY_READ_BUFFER);
+        }
+    }
+
+    /// Nothing was read for a while: give the large buffer back.
+    pub fn idle(&mut self, buf: &mut BytesMut) {
+        if self.busy && buf.is_empty() {
+            self.busy = false;
+            *buf = BytesMut::with_capacity(IDLE_READ_BUFFER);
+        }
+    }
+}
 
 /// Makes room in `src` for the rest of a frame of `frame_len` bytes (and, for a
 /// large one, for the frames likely to follow it), within what the bytes
@@ -77,6 +118,25 @@ mod tests {
         reserve_frame(&mut src, 8 * 1024 * 1024);
         assert!(src.capacity() >= 8 * 1024 * 1024);
         assert!(src.capacity() < 8 * 1024 * 1024 + 2 * MAX_AHEAD);
+    }
+
+    #[test]
+    fn the_read_buffer_grows_with_traffic_and_shrinks_when_idle() {
+        let mut size = ReadBufferSize::default();
+        let mut buf = BytesMut::with_capacity(IDLE_READ_BUFFER);
+        size.after_batch(&mut buf, 1);
+        assert!(
+            buf.capacity() < BUSY_READ_BUFFER,
+            "one frame is not traffic"
+        );
+        buf.extend_from_slice(b"partial");
+        size.after_batch(&mut buf, 5);
+        assert_eq!(&buf[..], b"partial", "a partial frame is never dropped");
+        buf.clear();
+        size.after_batch(&mut buf, 5);
+        assert!(buf.capacity() >= BUSY_READ_BUFFER);
+        size.idle(&mut buf);
+        assert!(buf.capacity() < BUSY_READ_BUFFER);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use tokio_util::codec::Framed;
 use tracing::Instrument;
 
 use crate::protocol::fairness::{self, MAX_READ_BATCH};
+use crate::protocol::read_ahead::{self, ReadBufferSize};
 
 /// Deliveries stop being added to one write once this much is buffered (large messages).
 const WRITE_BATCH_BYTES: usize = 256 * 1024;
@@ -157,6 +158,7 @@ struct Session<S> {
     /// Auto-mode acks waiting for a free queue; applied with the next batch
     /// or when the session is idle.
     pending_acks: PendingAcks,
+    read_size: ReadBufferSize,
 }
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
@@ -178,7 +180,11 @@ async fn run<S>(io: S, broker: Broker, options: StompOptions, mut shutdown: broa
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let framed = Framed::with_capacity(io, StompCodec::new(options.limits), 64 * 1024);
+    let framed = Framed::with_capacity(
+        io,
+        StompCodec::new(options.limits),
+        read_ahead::IDLE_READ_BUFFER,
+    );
     let (deliveries_tx, deliveries) = crate::core::deliveries::channel();
     let now = Instant::now();
     let transactions = Transactions::new(options.transactions);
@@ -206,6 +212,7 @@ where
         last_write: now,
         producer: ProducerGroup::default(),
         pending_acks: PendingAcks::default(),
+        read_size: ReadBufferSize::default(),
     };
     match session.handshake().await {
         Ok(true) => {}
@@ -354,6 +361,9 @@ where
                     }
                 }
                 _ = ticker.tick() => {
+                    if self.last_read.elapsed() > read_ahead::QUIET {
+                        self.read_size.idle(self.framed.read_buffer_mut());
+                    }
                     if let Some(limit) = self.expect_within {
                         if self.last_read.elapsed() > limit {
                             tracing::info!("heart-beat missed; closing");
@@ -500,6 +510,8 @@ where
                 None => break,
             }
         }
+        self.read_size
+            .after_batch(self.framed.read_buffer_mut(), taken);
         Batch::Read
     }
 

@@ -30,6 +30,7 @@ use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
 use crate::protocol::fairness::MAX_READ_BATCH;
+use crate::protocol::read_ahead::{self, ReadBufferSize};
 use dashmap::DashMap;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
@@ -161,8 +162,11 @@ async fn run<S>(io: S, broker: Broker, options: AmqpOptions, mut shutdown: broad
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let mut framed =
-        Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
+    let mut framed = Framed::with_capacity(
+        io,
+        AmqpFrameCodec::new(options.max_frame_size),
+        read_ahead::IDLE_READ_BUFFER,
+    );
     match handshake::handshake(&mut framed, &broker, options.handshake_timeout).await {
         Ok(user) => tracing::debug!(?user, "authenticated"),
         Err(e @ (HandshakeError::Closed | HandshakeError::AuthFailed)) => {
@@ -202,6 +206,7 @@ where
         remote_idle: None,
         last_read: Instant::now(),
         last_write: Instant::now(),
+        read_size: ReadBufferSize::default(),
     };
     let result = match conn.open().await {
         Ok(true) => conn.main_loop(&mut shutdown).await,
@@ -254,6 +259,7 @@ struct Connection<S> {
     remote_idle: Option<Duration>,
     last_read: Instant,
     last_write: Instant,
+    read_size: ReadBufferSize,
 }
 
 impl<S> Connection<S>
@@ -414,6 +420,9 @@ where
                     }
                 }
                 _ = ticker.tick() => {
+                    if self.last_read.elapsed() > read_ahead::QUIET {
+                        self.read_size.idle(self.framed.read_buffer_mut());
+                    }
                     // Twice the announced timeout: peers heart-beat at half of it at best, and
                     // a busy client's event loop may run late.
                     if !ours.is_zero() && self.last_read.elapsed() > ours * 2 {
@@ -469,6 +478,8 @@ where
             }
         }
         self.flush_sends();
+        self.read_size
+            .after_batch(self.framed.read_buffer_mut(), taken);
         Ok(Batch::Read)
     }
 
