@@ -10,10 +10,10 @@
 //! what they lack, and their connections keep the default buffer.
 //!
 //! A frame's length is what the peer declares, not what it sent: room beyond
-//! [`UNEARNED_ROOM`] is granted only as the frame's bytes arrive (at most as
-//! much again as is buffered, so the buffer doubles while the bytes keep
-//! coming). A peer announcing a 10 MiB frame and sending 1 KiB holds 256 KiB
-//! of address space at most, and only the pages it wrote.
+//! [`UNEARNED_ROOM`] is granted only for bytes that arrived, as much again as
+//! is buffered (so the buffer doubles while the bytes keep coming), or room
+//! for more frames like the last whole one. A peer announcing a 10 MiB frame
+//! and sending 1 KiB gets 64 KiB.
 
 use bytes::BytesMut;
 use std::time::Duration;
@@ -27,9 +27,8 @@ const LARGE_FRAME: usize = 8 * 1024;
 const FRAMES_AHEAD: usize = 16;
 /// ...but no more room than this in all (a frame larger than it gets just its own).
 const MAX_AHEAD: usize = 512 * 1024;
-/// Room granted whatever has arrived: enough for [`FRAMES_AHEAD`] frames of
-/// 16 KiB, so common message sizes keep their read-ahead.
-const UNEARNED_ROOM: usize = 256 * 1024;
+/// Room granted whatever has arrived.
+const UNEARNED_ROOM: usize = 64 * 1024;
 
 /// The read buffer a connection starts with: what an idle connection holds.
 /// A large buffer is resident in full once used, so 10,000 idle connections
@@ -70,15 +69,19 @@ impl ReadBufferSize {
 
 /// Makes room in `src` for the rest of a frame of `frame_len` bytes (and, for a
 /// large one, for the frames likely to follow it), within what the bytes
-/// received so far justify.
-pub fn reserve_frame(src: &mut BytesMut, frame_len: usize) {
+/// received so far justify: those buffered, and `last_whole`, the length of
+/// the last whole frame the connection sent (0 before the first).
+pub fn reserve_frame(src: &mut BytesMut, frame_len: usize, last_whole: usize) {
     let missing = frame_len.saturating_sub(src.len());
     let wanted = if frame_len >= LARGE_FRAME {
         missing.max(frame_len.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD))
     } else {
         missing
     };
-    let earned = src.len().max(UNEARNED_ROOM);
+    let earned = src
+        .len()
+        .max(UNEARNED_ROOM)
+        .max(last_whole.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD));
     src.reserve(wanted.min(earned));
 }
 
@@ -90,7 +93,7 @@ mod tests {
     fn a_small_frame_asks_only_for_what_it_lacks() {
         let mut src = BytesMut::with_capacity(64);
         src.extend_from_slice(&[0; 10]);
-        reserve_frame(&mut src, 100);
+        reserve_frame(&mut src, 100, 0);
         assert!(src.capacity() >= 100);
         assert!(src.capacity() < LARGE_FRAME);
     }
@@ -101,7 +104,7 @@ mod tests {
         src.extend_from_slice(&[1; 16 * 1024 + 100]);
         // The first frame is cut and still in use elsewhere: the buffer is shared.
         let first = src.split_to(16 * 1024).freeze();
-        reserve_frame(&mut src, 16 * 1024);
+        reserve_frame(&mut src, 16 * 1024, 16 * 1024);
         assert!(src.capacity() - src.len() >= 15 * 16 * 1024);
         assert_eq!(
             &src[..],
@@ -115,7 +118,7 @@ mod tests {
     fn read_ahead_is_bounded() {
         let mut src = BytesMut::new();
         src.extend_from_slice(&[0; 4 * 1024 * 1024]);
-        reserve_frame(&mut src, 8 * 1024 * 1024);
+        reserve_frame(&mut src, 8 * 1024 * 1024, 0);
         assert!(src.capacity() >= 8 * 1024 * 1024);
         assert!(src.capacity() < 8 * 1024 * 1024 + 2 * MAX_AHEAD);
     }
@@ -143,8 +146,14 @@ mod tests {
     fn a_declared_length_alone_buys_no_room() {
         let mut src = BytesMut::new();
         src.extend_from_slice(&[0; 1024]);
-        reserve_frame(&mut src, 10 * 1024 * 1024);
+        reserve_frame(&mut src, 10 * 1024 * 1024, 0);
         assert!(src.capacity() <= 2 * UNEARNED_ROOM);
+        // A whole frame sent before earns read-ahead for frames like it, no more.
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&[0; 1024]);
+        reserve_frame(&mut src, 10 * 1024 * 1024, 16 * 1024);
+        assert!(src.capacity() >= 16 * 16 * 1024);
+        assert!(src.capacity() <= 2 * MAX_AHEAD);
     }
 
     #[test]
@@ -153,7 +162,7 @@ mod tests {
         let mut src = BytesMut::new();
         let mut reserves = 0;
         while src.len() < frame {
-            reserve_frame(&mut src, frame);
+            reserve_frame(&mut src, frame, 0);
             reserves += 1;
             assert!(src.capacity() <= (2 * src.len()).max(UNEARNED_ROOM) + frame / 8);
             let n = (src.capacity() - src.len()).min(frame - src.len());
