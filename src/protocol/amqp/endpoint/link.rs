@@ -115,7 +115,10 @@ impl SenderLink {
     fn grant(&mut self) {
         let held = self.pending.len() as u64;
         let mut want = self.received - held + u64::from(self.credit);
-        let room = (self.received + self.max_unsettled).saturating_sub(held + self.unsettled);
+        let room = self
+            .received
+            .saturating_add(self.max_unsettled)
+            .saturating_sub(held + self.unsettled);
         self.held_back = want > room;
         want = want.min(room);
         if want > self.granted {
