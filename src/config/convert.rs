@@ -294,6 +294,34 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
             true,
             &key.field("frame_timeout"),
         )?,
+        max_subscriptions_per_connection: to_usize(ranged(
+            raw.max_subscriptions_per_connection,
+            10_000,
+            1,
+            10_000_000,
+            &key.field("max_subscriptions_per_connection"),
+        )?),
+        max_sessions_per_connection: to_usize(ranged(
+            raw.max_sessions_per_connection,
+            256,
+            1,
+            65_536,
+            &key.field("max_sessions_per_connection"),
+        )?),
+        max_links_per_session: to_usize(ranged(
+            raw.max_links_per_session,
+            1_000,
+            1,
+            1_000_000,
+            &key.field("max_links_per_session"),
+        )?),
+        max_unsettled_per_link: to_usize(ranged(
+            raw.max_unsettled_per_link,
+            10_000,
+            1,
+            1_000_000,
+            &key.field("max_unsettled_per_link"),
+        )?),
     })
 }
 

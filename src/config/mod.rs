@@ -132,6 +132,14 @@ pub struct Limits {
     pub sasl_timeout: Duration,
     /// A frame that started must be complete within this; zero = no limit.
     pub frame_timeout: Duration,
+    /// STOMP subscriptions one connection may hold.
+    pub max_subscriptions_per_connection: usize,
+    /// AMQP sessions one connection may have begun.
+    pub max_sessions_per_connection: usize,
+    /// AMQP links one session may have attached.
+    pub max_links_per_session: usize,
+    /// AMQP deliveries sent on one link and not yet settled by the peer.
+    pub max_unsettled_per_link: usize,
 }
 
 #[derive(Clone, PartialEq, Eq)]

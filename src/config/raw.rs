@@ -99,6 +99,10 @@ pub(super) struct RawLimits {
     pub amqp_open_timeout: Option<RawDuration>,
     pub sasl_timeout: Option<RawDuration>,
     pub frame_timeout: Option<RawDuration>,
+    pub max_subscriptions_per_connection: Option<u64>,
+    pub max_sessions_per_connection: Option<u64>,
+    pub max_links_per_session: Option<u64>,
+    pub max_unsettled_per_link: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

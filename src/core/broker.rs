@@ -5,7 +5,7 @@ use super::consumer::{ConsumerId, ConsumerOptions, DeliverySink};
 use super::delay_headers::{self, DelayHeaderNames};
 use super::error::CoreError;
 use super::factory::ConnectionFactory;
-use super::fast_map::FastDashMap;
+use super::fast_map::{FastDashMap, FastMap};
 use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
@@ -88,7 +88,35 @@ struct Inner {
 
 #[derive(Default)]
 struct Topic {
-    subscribers: RwLock<Vec<Arc<Queue>>>,
+    subscribers: RwLock<Subscribers>,
+}
+
+/// A topic's subscriber queues. A connection may subscribe a hundred thousand
+/// times, so one leaves in O(1): found by queue id, its place taken by the last.
+#[derive(Default)]
+struct Subscribers {
+    queues: Vec<Arc<Queue>>,
+    place_of: FastMap<u32, usize>,
+}
+
+impl Subscribers {
+    fn add(&mut self, queue: &Arc<Queue>) {
+        if self.place_of.contains_key(&queue.id()) {
+            return;
+        }
+        self.place_of.insert(queue.id(), self.queues.len());
+        self.queues.push(queue.clone());
+    }
+
+    fn remove(&mut self, queue: &Arc<Queue>) {
+        let Some(place) = self.place_of.remove(&queue.id()) else {
+            return;
+        };
+        self.queues.swap_remove(place);
+        if let Some(moved) = self.queues.get(place) {
+            self.place_of.insert(moved.id(), place);
+        }
+    }
 }
 
 const QUEUE_RECORD_VERSION: u8 = 1;
@@ -239,7 +267,7 @@ impl Broker {
         let Some(topic) = self.inner.topics.get(&*message.address).map(|t| t.clone()) else {
             return Receipt::ready();
         };
-        let subscribers = topic.subscribers.read().clone();
+        let subscribers = topic.subscribers.read().queues.clone();
         let shared = Arc::new(message);
         let mut last = Receipt::ready();
         for queue in &subscribers {
@@ -520,12 +548,12 @@ impl Broker {
             .entry(Arc::from(topic))
             .or_default()
             .clone();
-        topic.subscribers.write().push(queue.clone());
+        topic.subscribers.write().add(queue);
     }
 
     fn unbind_from_topic(&self, topic: &str, queue: &Arc<Queue>) {
         if let Some(t) = self.inner.topics.get(topic) {
-            t.subscribers.write().retain(|q| !Arc::ptr_eq(q, queue));
+            t.subscribers.write().remove(queue);
         }
     }
 

@@ -22,8 +22,8 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::codec::{Decoder, Framed};
 
-/// Frames taken per wake-up at most, so one busy client cannot starve the others.
-pub const MAX_READ_BATCH: usize = 256;
+use super::fairness::MAX_READ_BATCH;
+use super::read_ahead::{self, ReadBufferSize};
 
 /// What the socket gave: an item, a decoding error, or `None` when the peer closed.
 pub type ReadItem<C> = Option<Result<<C as Decoder>::Item, <C as Decoder>::Error>>;
@@ -37,6 +37,8 @@ pub struct Io<S, C> {
     pub last_read: Instant,
     /// When something was last written; the protocols set it as they flush.
     pub last_write: Instant,
+    /// The read buffer's size: small while idle, larger while frames stream in.
+    read_size: ReadBufferSize,
 }
 
 impl<S, C> Io<S, C> {
@@ -47,6 +49,7 @@ impl<S, C> Io<S, C> {
             deliveries,
             last_read: now,
             last_write: now,
+            read_size: ReadBufferSize::default(),
         }
     }
 }
@@ -185,7 +188,15 @@ where
             item = io.framed.next(), if conn.reading() => {
                 io.last_read = Instant::now();
                 match read_batch(io, conn, item) {
-                    ControlFlow::Continue(()) => conn.after_reads(io).await,
+                    ControlFlow::Continue(full) => {
+                        let answered = conn.after_reads(io).await;
+                        if full {
+                            // Frames remain buffered, which Tokio's budget does not
+                            // count: let the other connections run first.
+                            tokio::task::yield_now().await;
+                        }
+                        answered
+                    }
                     ControlFlow::Break(stop) => {
                         // Answers for the frames before the one that stopped still go out.
                         let _ = conn.after_reads(io).await;
@@ -201,6 +212,9 @@ where
             }
             waited = conn.wait(), if conn.waiting() => conn.waited(io, waited).await,
             _ = ticker.tick() => {
+                if io.last_read.elapsed() > read_ahead::QUIET {
+                    io.read_size.idle(io.framed.read_buffer_mut());
+                }
                 if let Some(limit) = timing.expect_within {
                     if io.last_read.elapsed() > limit {
                         return Ending::Silent;
@@ -235,7 +249,7 @@ fn read_batch<S, P>(
     io: &mut Io<S, P::Codec>,
     conn: &mut P,
     first: ReadItem<P::Codec>,
-) -> ControlFlow<P::Stop>
+) -> ControlFlow<P::Stop, bool>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
     P: Connection<S>,
@@ -250,15 +264,19 @@ where
             break ControlFlow::Break(stop);
         }
         // A frame taken from the stream must be handled: stop before taking one.
-        if taken == MAX_READ_BATCH || !conn.reading() {
-            break ControlFlow::Continue(());
+        if taken == MAX_READ_BATCH {
+            break ControlFlow::Continue(true);
+        }
+        if !conn.reading() {
+            break ControlFlow::Continue(false);
         }
         match io.framed.next().now_or_never() {
             Some(next) => item = next,
-            None => break ControlFlow::Continue(()),
+            None => break ControlFlow::Continue(false),
         }
     };
     conn.end_reads();
+    io.read_size.after_batch(io.framed.read_buffer_mut(), taken);
     result
 }
 

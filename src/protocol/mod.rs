@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod amqp;
 pub mod driver;
+pub mod fairness;
 pub mod stomp;
 
 pub use weir_wire::{read_ahead, write_parts};

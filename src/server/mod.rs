@@ -142,6 +142,7 @@ fn stomp_options(config: &Config, admission: Admission) -> StompOptions {
         },
         heartbeat: limits.heartbeat,
         transactions: transaction_limits(limits),
+        max_subscriptions: limits.max_subscriptions_per_connection,
         ..StompOptions::default()
     }
 }
@@ -163,6 +164,9 @@ fn amqp_options(
         idle_timeout: limits.heartbeat * 2,
         containers,
         transactions: transaction_limits(limits),
+        max_sessions: limits.max_sessions_per_connection,
+        max_links_per_session: limits.max_links_per_session,
+        max_unsettled_per_link: limits.max_unsettled_per_link,
         ..AmqpOptions::default()
     }
 }

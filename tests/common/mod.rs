@@ -236,6 +236,11 @@ impl Stomp {
         s
     }
 
+    /// The socket, for a test that keeps a connection open without reading.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
+    }
+
     pub fn raw(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
     }

@@ -32,8 +32,10 @@ struct Seen {
 impl Queue {
     pub(super) fn feed_browsers(self: &Arc<Self>, st: &mut State, after: &mut AfterUnlock) {
         let newest = st.next_seq - 1;
-        for index in 0..st.consumers.len() {
-            let slot = &st.consumers.slots()[index];
+        let mut next = st.consumers.browser_from(0);
+        while let Some(index) = next {
+            next = st.consumers.browser_from(index + 1);
+            let slot = st.consumers.slot(index);
             let Some(cursor) = slot.browse else { continue };
             if slot.credit == 0 || cursor.after >= newest {
                 continue;
@@ -46,7 +48,7 @@ impl Queue {
                 after.retry_page_in |= !st.backlog.retry_scheduled;
                 st.backlog.retry_scheduled = true;
             }
-            let slot = &mut st.consumers.slots_mut()[index];
+            let slot = st.consumers.slot_mut(index);
             slot.browse = Some(BrowseCursor { after: passed });
             let mut wake = false;
             for seen in page {

@@ -1,9 +1,19 @@
 //! The consumers of a queue: their credit, priority and filter, who is next
 //! in round robin, and which one is the exclusive consumer of an exclusive
 //! queue.
+//!
+//! A queue may have a hundred thousand consumers (one connection subscribing
+//! again and again), so attaching and detaching one costs O(log n): slots
+//! live at stable indices (a detached consumer's index is reused), found by
+//! id through a map, and the dispatch order (priority, then arrival) is an
+//! ordered index beside them rather than the order of a vector kept sorted.
 
 use super::browse::BrowseCursor;
 use crate::core::consumer::{ConsumerId, CreditMode, DeliverySink, MessageFilter};
+use crate::core::fast_map::FastMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 pub struct Slot {
@@ -26,11 +36,26 @@ impl Slot {
     }
 }
 
+/// Dispatch order: highest priority first, equal priorities in order of arrival.
+type OrderKey = (Reverse<i32>, u64);
+
+struct Place {
+    slot: Slot,
+    key: OrderKey,
+}
+
 #[derive(Default)]
 pub struct Consumers {
-    /// Highest priority first; equal priorities in order of arrival.
-    slots: Vec<Slot>,
-    next_rr: usize,
+    /// Indexed by a consumer's place, stable while it is attached.
+    places: Vec<Option<Place>>,
+    /// Places freed by detached consumers, reused first.
+    free: Vec<usize>,
+    by_id: FastMap<ConsumerId, usize>,
+    order: BTreeMap<OrderKey, usize>,
+    browsers: BTreeSet<usize>,
+    arrivals: u64,
+    /// Round robin continues after this consumer (in dispatch order).
+    last_served: Option<OrderKey>,
     /// Consumers that take messages (not browsers).
     active: usize,
     /// On an exclusive queue, the consumer that gets everything until it leaves.
@@ -38,16 +63,34 @@ pub struct Consumers {
 }
 
 impl Consumers {
-    pub fn slots(&self) -> &[Slot] {
-        &self.slots
+    /// Every attached consumer, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Slot> {
+        self.places.iter().flatten().map(|p| &p.slot)
     }
 
-    pub fn slots_mut(&mut self) -> &mut [Slot] {
-        &mut self.slots
+    /// The consumer at `index`, which must be attached (an index from
+    /// [`Consumers::next`], [`Consumers::index_of`] or [`Consumers::browser_from`]).
+    pub fn slot(&self, index: usize) -> &Slot {
+        match &self.places[index] {
+            Some(place) => &place.slot,
+            None => unreachable!("consumer index {index} is not attached"),
+        }
+    }
+
+    pub fn slot_mut(&mut self, index: usize) -> &mut Slot {
+        match &mut self.places[index] {
+            Some(place) => &mut place.slot,
+            None => unreachable!("consumer index {index} is not attached"),
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.by_id.len()
+    }
+
+    /// One more than the largest index in use: the size of a per-index table.
+    pub fn index_bound(&self) -> usize {
+        self.places.len()
     }
 
     /// Consumers that take messages (browsers do not).
@@ -56,39 +99,67 @@ impl Consumers {
     }
 
     pub fn get_mut(&mut self, id: ConsumerId) -> Option<&mut Slot> {
-        self.slots.iter_mut().find(|s| s.id == id)
+        let index = *self.by_id.get(&id)?;
+        Some(self.slot_mut(index))
     }
 
     pub fn index_of(&self, id: ConsumerId) -> Option<usize> {
-        self.slots.iter().position(|s| s.id == id)
+        self.by_id.get(&id).copied()
+    }
+
+    /// The first browser at `from` or after it.
+    pub fn browser_from(&self, from: usize) -> Option<usize> {
+        self.browsers.range(from..).next().copied()
     }
 
     /// Adds a consumer. On an exclusive queue the first one to arrive becomes
     /// the exclusive consumer; later ones wait, whatever their priority.
     pub fn add(&mut self, slot: Slot, exclusive_queue: bool) {
-        if !slot.is_browser() {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None => {
+                self.places.push(None);
+                self.places.len() - 1
+            }
+        };
+        if slot.is_browser() {
+            self.browsers.insert(index);
+        } else {
             self.active += 1;
             if exclusive_queue && self.exclusive.is_none() {
                 self.exclusive = Some(slot.id);
             }
         }
-        self.slots.push(slot);
-        // Stable: equal priorities keep their order of arrival.
-        self.slots.sort_by_key(|s| std::cmp::Reverse(s.priority));
+        self.arrivals += 1;
+        let key = (Reverse(slot.priority), self.arrivals);
+        self.order.insert(key, index);
+        self.by_id.insert(slot.id, index);
+        self.places[index] = Some(Place { slot, key });
     }
 
     /// Removes a consumer. If it was the exclusive one, the remaining consumer
     /// with the highest priority (the earliest among equals) takes over.
     pub fn remove(&mut self, id: ConsumerId) -> bool {
-        let Some(index) = self.index_of(id) else {
+        let Some(index) = self.by_id.remove(&id) else {
             return false;
         };
-        let slot = self.slots.remove(index);
-        if !slot.is_browser() {
+        let Some(place) = self.places[index].take() else {
+            return false;
+        };
+        self.order.remove(&place.key);
+        self.free.push(index);
+        if place.slot.is_browser() {
+            self.browsers.remove(&index);
+        } else {
             self.active -= 1;
         }
         if self.exclusive == Some(id) {
-            self.exclusive = self.slots.iter().find(|s| !s.is_browser()).map(|s| s.id);
+            self.exclusive = self
+                .order
+                .values()
+                .map(|&i| self.slot(i))
+                .find(|s| !s.is_browser())
+                .map(|s| s.id);
         }
         true
     }
@@ -106,34 +177,37 @@ impl Consumers {
 
     /// Round robin continues after the consumer at `index`.
     pub fn served(&mut self, index: usize) {
-        self.next_rr = index + 1;
+        self.last_served = self.places[index].as_ref().map(|p| p.key);
     }
 
     /// The next consumer with credit: the exclusive one on an exclusive
     /// queue; else the highest priority first, round robin among equals.
+    /// `starved` is indexed like the consumers ([`Consumers::index_bound`]).
     pub fn next(&self, starved: &[bool]) -> Option<usize> {
         let eligible = |i: usize| {
-            let s = &self.slots[i];
+            let s = self.slot(i);
             !starved[i] && s.credit > 0 && !s.is_browser()
         };
         if let Some(ex) = self.exclusive {
             let index = self.index_of(ex)?;
             return eligible(index).then_some(index);
         }
-        let n = self.slots.len();
-        let top = (0..n)
-            .filter(|&i| eligible(i))
-            .map(|i| self.slots[i].priority)
-            .max()?;
-        (0..n)
-            .map(|k| (self.next_rr + k) % n)
-            .find(|&i| eligible(i) && self.slots[i].priority == top)
+        let (&(top, _), _) = self.order.iter().find(|(_, &i)| eligible(i))?;
+        let band_end = Bound::Included((top, u64::MAX));
+        let after_last = match self.last_served {
+            Some(last) if last.0 == top => Bound::Excluded(last),
+            _ => Bound::Included((top, 0)),
+        };
+        self.order
+            .range((after_last, band_end))
+            .chain(self.order.range((Bound::Included((top, 0)), band_end)))
+            .map(|(_, &i)| i)
+            .find(|&i| eligible(i))
     }
 
     /// Credit that consumers allowed to receive have left.
     pub fn idle_credit(&self) -> usize {
-        self.slots
-            .iter()
+        self.iter()
             .filter(|s| !s.is_browser() && self.may_receive(s.id))
             .map(|s| s.credit as usize)
             .sum()
@@ -165,9 +239,9 @@ mod tests {
         c.add(slot(1, 0), true);
         c.add(slot(2, 10), true);
         c.add(slot(3, 5), true);
-        let starved = vec![false; 3];
+        let starved = vec![false; c.index_bound()];
         assert_eq!(c.exclusive(), Some(1));
-        assert_eq!(c.next(&starved).map(|i| c.slots()[i].id), Some(1));
+        assert_eq!(c.next(&starved).map(|i| c.slot(i).id), Some(1));
         assert!(!c.may_receive(2));
         // It leaves: the highest priority remaining takes over.
         c.remove(1);
@@ -185,12 +259,12 @@ mod tests {
         c.add(slot(1, 0), false);
         c.add(slot(2, 5), false);
         c.add(slot(3, 5), false);
-        let starved = vec![false; 3];
+        let starved = vec![false; c.index_bound()];
         let first = c.next(&starved).unwrap();
-        assert_eq!(c.slots()[first].id, 2);
+        assert_eq!(c.slot(first).id, 2);
         c.served(first);
         let second = c.next(&starved).unwrap();
-        assert_eq!(c.slots()[second].id, 3);
+        assert_eq!(c.slot(second).id, 3);
         assert_eq!(c.exclusive(), None);
     }
 }

@@ -130,7 +130,7 @@ impl Queue {
         // Ready messages may claim that credit first (a batch placed before
         // its dispatch pass): admit no more than the credit over the limit.
         let over = st.ready.len() - self.settings.max_memory_messages.min(st.ready.len());
-        st.consumers.slots().iter().any(|s| {
+        st.consumers.iter().any(|s| {
             s.credit as usize > over
                 && !s.is_browser()
                 && st.consumers.may_receive(s.id)
@@ -172,7 +172,7 @@ impl Queue {
         // Reused between calls: dispatch runs on every publish and every ack.
         let mut starved = std::mem::take(&mut st.starved);
         starved.clear();
-        starved.resize(st.consumers.len(), false);
+        starved.resize(st.consumers.index_bound(), false);
         // Expired group heads were looked for this pass.
         let mut swept = false;
         // Consumers that met a message they declared undeliverable this pass.
@@ -184,7 +184,7 @@ impl Queue {
             let Some(index) = st.consumers.next(&starved) else {
                 break;
             };
-            let slot = &st.consumers.slots()[index];
+            let slot = st.consumers.slot(index);
             let consumer = slot.id;
             let pick = match &slot.filter {
                 _ if looked_past.as_ref().is_some_and(|l| l[index]) => {
@@ -206,7 +206,7 @@ impl Queue {
                 {
                     continue;
                 }
-                if !swept && st.consumers.slots()[index].filter.is_some() {
+                if !swept && st.consumers.slot(index).filter.is_some() {
                     // Its selector may pass over an expired group head that
                     // nobody takes, and so never meet expiry: drop those.
                     swept = true;
@@ -275,7 +275,7 @@ impl Queue {
         owned: bool,
         after: &mut AfterUnlock,
     ) -> bool {
-        let consumer = st.consumers.slots()[index].id;
+        let consumer = st.consumers.slot(index).id;
         let mut group_first = false;
         if let Some(lane) = &entry.lane {
             if !owned {
@@ -287,7 +287,7 @@ impl Queue {
             }
         }
         entry.delivery_count += 1;
-        let slot = &mut st.consumers.slots_mut()[index];
+        let slot = st.consumers.slot_mut(index);
         slot.credit -= 1;
         let delivery = Delivery {
             consumer,
@@ -341,7 +341,7 @@ impl Queue {
             return None;
         }
         let index = st.consumers.index_of(owner)?;
-        let slot = &st.consumers.slots()[index];
+        let slot = st.consumers.slot(index);
         (slot.credit > 0 && slot.filter.is_none() && !slot.is_browser()).then_some(index)
     }
 
@@ -364,7 +364,11 @@ impl Queue {
     /// or its own), up to its credit, even past the memory limit: those leave
     /// memory again at once. Returns how many messages were read.
     fn read_for(&self, st: &mut State, consumer: ConsumerId, after: &mut AfterUnlock) -> usize {
-        let Some(slot) = st.consumers.slots().iter().find(|s| s.id == consumer) else {
+        let Some(slot) = st
+            .consumers
+            .index_of(consumer)
+            .map(|i| st.consumers.slot(i))
+        else {
             return 0;
         };
         let (credit, filtered) = (slot.credit as usize, slot.filter.is_some());
@@ -393,7 +397,7 @@ impl Queue {
     /// Returns how many it found (read into memory, up to its credit).
     fn scan_for(&self, st: &mut State, index: usize, after: &mut AfterUnlock) -> usize {
         const SCAN: usize = 256;
-        let slot = &st.consumers.slots()[index];
+        let slot = st.consumers.slot(index);
         let Some(filter) = slot.filter.clone() else {
             return 0;
         };
@@ -455,7 +459,7 @@ impl Queue {
             after.retry_page_in |= !st.backlog.retry_scheduled;
             st.backlog.retry_scheduled = true;
         }
-        st.consumers.slots_mut()[index].scanned_to = scanned_to;
+        st.consumers.slot_mut(index).scanned_to = scanned_to;
         found
     }
 

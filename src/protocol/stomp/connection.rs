@@ -46,6 +46,8 @@ pub struct StompOptions {
     pub max_pending_receipts: usize,
     /// What transactions may hold (`[limits]`).
     pub transactions: TransactionLimits,
+    /// Subscriptions one connection may hold (`max_subscriptions_per_connection`).
+    pub max_subscriptions: usize,
     pub server_name: String,
     /// The connection factory of the acceptor, if it names one; a CONNECT
     /// `host` naming a factory overrides it.
@@ -63,6 +65,7 @@ impl Default for StompOptions {
             frame_timeout: Duration::from_secs(60),
             max_pending_receipts: 10_000,
             transactions: TransactionLimits::default(),
+            max_subscriptions: 10_000,
             server_name: format!("weir/{}", env!("CARGO_PKG_VERSION")),
             connection_factory: None,
             admission: Admission::default(),
@@ -118,7 +121,11 @@ async fn run<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let framed = Framed::with_capacity(io, StompCodec::new(options.limits), 64 * 1024);
+    let framed = Framed::with_capacity(
+        io,
+        StompCodec::new(options.limits),
+        crate::protocol::read_ahead::IDLE_READ_BUFFER,
+    );
     let (deliveries_tx, deliveries) = crate::core::deliveries::channel();
     let mut io = Io::new(framed, deliveries);
     let mut conn = StompConnection {
@@ -160,7 +167,7 @@ async fn run<S>(
     // Nothing of an uncommitted transaction happens; what it acknowledged comes back.
     session.transactions.rollback_all();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
-    session.subs.clear();
+    crate::protocol::fairness::release_in_chunks(session.subs.drain().map(|(_, sub)| sub)).await;
 }
 
 /// A STOMP session as the connection driver runs it.

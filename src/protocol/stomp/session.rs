@@ -50,6 +50,10 @@ pub(super) enum SessionError {
     ShuttingDown,
     #[error("{0}")]
     Refused(#[from] crate::protocol::admission::Refusal),
+    #[error(
+        "more than {0} subscriptions on this connection (limits.max_subscriptions_per_connection)"
+    )]
+    TooManySubscriptions(usize),
 }
 
 impl SessionError {
@@ -254,6 +258,11 @@ impl Session {
             return Err(SessionError::Protocol(format!(
                 "subscription '{id}' already exists"
             )));
+        }
+        if self.subs.len() >= self.options.max_subscriptions {
+            return Err(SessionError::TooManySubscriptions(
+                self.options.max_subscriptions,
+            ));
         }
         let ack = match frame.header("ack").unwrap_or("auto") {
             "auto" => AckMode::Auto,

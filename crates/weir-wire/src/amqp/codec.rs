@@ -254,6 +254,8 @@ pub struct AmqpFrameCodec {
     state: State,
     max_frame_size: u32,
     remote_max_frame_size: u32,
+    /// Length of the last whole frame: what read-ahead may be sized by.
+    last_whole: usize,
 }
 
 impl Default for AmqpFrameCodec {
@@ -270,6 +272,7 @@ impl AmqpFrameCodec {
             state: State::AwaitHeader,
             max_frame_size: max_frame_size.max(MIN_MAX_FRAME_SIZE),
             remote_max_frame_size: u32::MAX,
+            last_whole: 0,
         }
     }
 
@@ -336,9 +339,10 @@ impl Decoder for AmqpFrameCodec {
         }
         let size = size as usize;
         if src.len() < size {
-            read_ahead::reserve_frame(src, size);
+            read_ahead::reserve_frame(src, size, self.last_whole);
             return Ok(None);
         }
+        self.last_whole = size;
         decode_frame(src.split_to(size).freeze()).map(Some)
     }
 }

@@ -75,6 +75,8 @@ pub struct StompCodec {
     state: State,
     /// Header positions of the frame being read, reused from frame to frame.
     spans: Vec<Span>,
+    /// Length of the last whole frame: what read-ahead may be sized by.
+    last_whole: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +128,7 @@ impl StompCodec {
             version: Version::V1_0,
             state: State::Idle,
             spans: Vec::new(),
+            last_whole: 0,
         }
     }
 
@@ -301,7 +304,7 @@ impl StompCodec {
                 let total = start + len + 1;
                 if src.len() < total {
                     // Within the limit (checked already): let the next reads fill it.
-                    read_ahead::reserve_frame(src, total);
+                    read_ahead::reserve_frame(src, total, self.last_whole);
                     return Ok(None);
                 }
                 if src.get(total - 1) != Some(&0) {
@@ -334,6 +337,7 @@ impl StompCodec {
             return Err(too_large);
         }
         let bytes = src.split_to(total).freeze();
+        self.last_whole = total;
         self.state = State::Idle;
         Ok(Some(Inbound::Frame(self.build(
             command,

@@ -58,7 +58,13 @@ pub struct AmqpOptions {
     pub idle_timeout: Duration,
     /// Credit each receiving link grants its sender.
     pub link_credit: u32,
-    pub channel_max: u16,
+    /// Sessions one connection may begin (`max_sessions_per_connection`):
+    /// announced as channel-max (channels 0 to one less).
+    pub max_sessions: usize,
+    /// Links one session may attach (`max_links_per_session`).
+    pub max_links_per_session: usize,
+    /// Deliveries sent on a link and unsettled before it stops (`max_unsettled_per_link`).
+    pub max_unsettled_per_link: usize,
     /// Connection factory of the acceptor (an `open` hostname naming one wins).
     pub connection_factory: Option<String>,
     /// The protocol header and SASL exchange must be over within this.
@@ -82,7 +88,9 @@ impl Default for AmqpOptions {
             max_message_size: 100 << 20,
             idle_timeout: Duration::from_secs(60),
             link_credit: 1000,
-            channel_max: 255,
+            max_sessions: 256,
+            max_links_per_session: 1000,
+            max_unsettled_per_link: 10_000,
             connection_factory: None,
             sasl_timeout: Duration::from_secs(10),
             open_timeout: Duration::from_secs(10),
@@ -91,6 +99,13 @@ impl Default for AmqpOptions {
             containers: ContainerRegistry::default(),
             transactions: TransactionLimits::default(),
         }
+    }
+}
+
+impl AmqpOptions {
+    /// The highest channel a session may use.
+    fn channel_max(&self) -> u16 {
+        u16::try_from(self.max_sessions.saturating_sub(1)).unwrap_or(u16::MAX)
     }
 }
 
@@ -187,8 +202,11 @@ async fn run<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let mut framed =
-        Framed::with_capacity(io, AmqpFrameCodec::new(options.max_frame_size), 64 * 1024);
+    let mut framed = Framed::with_capacity(
+        io,
+        AmqpFrameCodec::new(options.max_frame_size),
+        crate::protocol::read_ahead::IDLE_READ_BUFFER,
+    );
     let sasl = tokio::select! {
         result = handshake::handshake(&mut framed, &broker, options.sasl_timeout) => result,
         // Before `open` there is no AMQP frame to say goodbye with.
@@ -216,6 +234,8 @@ async fn run<S>(
             factory: None,
             max_message_size: options.max_message_size,
             link_credit: options.link_credit,
+            max_links_per_session: options.max_links_per_session,
+            max_unsettled_per_link: options.max_unsettled_per_link,
             read_at_ms: now_ms(),
         },
         out: Outgoing::default(),
@@ -267,7 +287,7 @@ async fn run<S>(
     if let Some(e) = error {
         conn.goodbye(&mut io, e).await;
     }
-    conn.end_sessions();
+    conn.end_sessions().await;
 }
 
 struct Connection {
@@ -414,7 +434,7 @@ impl Connection {
         let options = &self.options;
         let mut reply = Open::new(&format!("weir-{:x}", self.env.broker.next_consumer_id()));
         reply.max_frame_size = options.max_frame_size;
-        reply.channel_max = options.channel_max;
+        reply.channel_max = options.channel_max();
         if !options.idle_timeout.is_zero() {
             reply.idle_time_out = Some(options.idle_timeout.as_millis() as u32);
         }
@@ -548,10 +568,15 @@ impl Connection {
                         "channel already in use",
                     ));
                 }
-                if channel > self.options.channel_max {
+                if channel > self.options.channel_max()
+                    || self.sessions.len() >= self.options.max_sessions
+                {
                     return Err(close_error(
-                        condition::NOT_ALLOWED,
-                        "channel over channel-max",
+                        condition::RESOURCE_LIMIT_EXCEEDED,
+                        format!(
+                            "more than {} sessions on this connection (limits.max_sessions_per_connection)",
+                            self.options.max_sessions
+                        ),
                     ));
                 }
                 self.next_generation += 1;
@@ -698,8 +723,9 @@ impl Connection {
         }
     }
 
-    /// Drops every link: unsettled messages go back to their queues.
-    fn end_sessions(&mut self) {
+    /// Drops every link: unsettled messages go back to their queues. A
+    /// session may hold many links: other connections run between sessions.
+    async fn end_sessions(&mut self) {
         // Messages received whole are published even as the connection ends.
         self.flush_sends();
         self.pending_acks.apply();
@@ -707,6 +733,7 @@ impl Connection {
         self.txns.open.rollback_all();
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.consumers);
+            tokio::task::yield_now().await;
         }
     }
 }

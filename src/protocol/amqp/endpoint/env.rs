@@ -16,6 +16,10 @@ pub struct Env {
     pub max_message_size: u64,
     /// Credit each receiving link grants its sender.
     pub link_credit: u32,
+    /// Links one session may attach (`max_links_per_session`).
+    pub max_links_per_session: usize,
+    /// Deliveries a link may have sent and unsettled (`max_unsettled_per_link`).
+    pub max_unsettled_per_link: usize,
     /// The wall clock (epoch ms) when the frames being handled were read: a
     /// message's arrival time. Read once per wake-up, not per message (a
     /// clock read was 1.5% of the worker's time under load); every frame of a

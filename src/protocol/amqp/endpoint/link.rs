@@ -34,6 +34,13 @@ pub struct SenderLink {
     pub core_drained: bool,
     granted: u64,
     received: u64,
+    /// Sent, not yet settled by the peer (counted for links that are not presettled).
+    unsettled: u64,
+    /// At most this many unsettled: past it the core gets no credit, and so
+    /// sends nothing more on this link, until settlements arrive.
+    max_unsettled: u64,
+    /// The last grant fell short of the peer's credit because of `max_unsettled`.
+    held_back: bool,
     pub pending: VecDeque<Delivery>,
     /// Deleted when the link detaches with `closed` (JMS unsubscribe).
     pub durable: Option<(Arc<str>, String)>,
@@ -53,6 +60,9 @@ impl SenderLink {
             core_drained: false,
             granted: 0,
             received: 0,
+            unsettled: 0,
+            max_unsettled: u64::MAX,
+            held_back: false,
             pending: VecDeque::new(),
             durable: None,
             temporary: None,
@@ -72,9 +82,45 @@ impl SenderLink {
         self.grant();
     }
 
-    /// Tops the core up so that what it may send plus what we hold equals our credit.
+    /// Caps the deliveries sent and not yet settled (`max_unsettled_per_link`).
+    pub fn limit_unsettled(&mut self, max: usize) {
+        self.max_unsettled = max as u64;
+    }
+
+    pub fn unsettled(&self) -> u64 {
+        self.unsettled
+    }
+
+    /// A delivery went out unsettled.
+    pub fn sent_unsettled(&mut self) {
+        self.unsettled += 1;
+    }
+
+    /// The peer settled one of our deliveries. True when the link was held
+    /// back by the unsettled limit: the caller then calls [`SenderLink::regrant`]
+    /// once for the whole disposition.
+    pub fn settled_one(&mut self) -> bool {
+        self.unsettled = self.unsettled.saturating_sub(1);
+        self.held_back
+    }
+
+    /// Grants the core what settlements made room for.
+    pub fn regrant(&mut self) {
+        self.grant();
+    }
+
+    /// Tops the core up so that what it may send plus what we hold equals our
+    /// credit, and what it may send plus what we hold and what the peer has
+    /// unsettled stays within `max_unsettled`.
     fn grant(&mut self) {
-        let want = self.received - self.pending.len() as u64 + u64::from(self.credit);
+        let held = self.pending.len() as u64;
+        let mut want = self.received - held + u64::from(self.credit);
+        let room = self
+            .received
+            .saturating_add(self.max_unsettled)
+            .saturating_sub(held + self.unsettled);
+        self.held_back = want > room;
+        want = want.min(room);
         if want > self.granted {
             let more = (want - self.granted).min(u64::from(u32::MAX)) as u32;
             self.granted += u64::from(more);

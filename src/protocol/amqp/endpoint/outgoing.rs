@@ -26,8 +26,9 @@ use crate::protocol::write_parts::WriteParts;
 /// does not leave every connection holding its high-water mark.
 const KEEP_AT_MOST: usize = 256 * 1024;
 
-/// Room a buffer starts with (and gets back when it gave up a large one).
-const START_WITH: usize = 64 * 1024;
+/// Room a buffer starts with (and gets back when it gave up a large one): an
+/// idle connection holds it, a busy one grows it by writing.
+const START_WITH: usize = 4 * 1024;
 
 /// What a transfer performative may take in a frame, with room to spare.
 const TRANSFER_OVERHEAD: usize = 64;

@@ -188,13 +188,18 @@ pub(crate) fn compound_header<'a>(i: &'a [u8], wide: bool) -> PResult<'a, (&'a [
     Ok((i, (&body[width..], count)))
 }
 
+/// Elements reserved up front for a list, map or array: its count is the
+/// peer's word (a zero-width element costs no bytes, so a small frame may
+/// declare a million), so beyond this the vector grows as elements decode.
+const RESERVE_ELEMENTS: usize = 64;
+
 fn sequence<'a>(
     cx: &Ctx<'a>,
     mut i: &'a [u8],
     count: usize,
     depth: usize,
 ) -> PResult<'a, Vec<Value>> {
-    let mut items = Vec::with_capacity(count);
+    let mut items = Vec::with_capacity(count.min(RESERVE_ELEMENTS));
     for _ in 0..count {
         let (rest, v) = value(cx, i, depth)?;
         items.push(v);
@@ -228,7 +233,7 @@ fn map_body<'a>(cx: &Ctx<'a>, i: &'a [u8], wide: bool, depth: usize) -> PResult<
     if count % 2 != 0 {
         return fail(AmqpCodecError::InvalidValue("map (odd element count)"));
     }
-    let mut pairs = Vec::with_capacity(count / 2);
+    let mut pairs = Vec::with_capacity((count / 2).min(RESERVE_ELEMENTS));
     for _ in 0..count / 2 {
         let (rest, k) = value(cx, body, depth + 1)?;
         let (rest, v) = value(cx, rest, depth + 1)?;
@@ -284,7 +289,7 @@ fn array_body<'a>(cx: &Ctx<'a>, i: &'a [u8], wide: bool, depth: usize) -> PResul
         Some(t) => t,
         None => return fail(AmqpCodecError::UnknownConstructor(c)),
     };
-    let mut items = Vec::with_capacity(count);
+    let mut items = Vec::with_capacity(count.min(RESERVE_ELEMENTS));
     for _ in 0..count {
         let (rest, v) = self::body(cx, body, c, depth + 1)?;
         items.push(v);

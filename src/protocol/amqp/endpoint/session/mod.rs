@@ -149,10 +149,26 @@ impl Session {
                 Some("handle over handle-max"),
             )));
         }
+        if self.senders.len() + self.receivers.len() >= env.max_links_per_session {
+            let error = AmqpError::new(
+                condition::RESOURCE_LIMIT_EXCEEDED,
+                Some(&format!(
+                    "more than {} links on this session (limits.max_links_per_session)",
+                    env.max_links_per_session
+                )),
+            );
+            let ours = match a.role {
+                Role::Receiver => Role::Sender,
+                Role::Sender => Role::Receiver,
+            };
+            self.refuse(out, &a, ours, error);
+            return Ok(());
+        }
         match a.role {
             // The peer receives: we send.
             Role::Receiver => match attach::sender(env, &a) {
-                Ok((link, reply)) => {
+                Ok((mut link, reply)) => {
+                    link.limit_unsettled(env.max_unsettled_per_link);
                     out.frame(self.channel, reply);
                     consumers.insert(link.subscription.consumer(), (self.channel, a.handle));
                     self.senders.insert(a.handle, link);
@@ -201,7 +217,9 @@ impl Session {
         if let Some(link) = self.senders.remove(&handle) {
             let consumer = link.subscription.consumer();
             consumers.remove(&consumer);
-            self.unsettled.retain(|_, u| u.handle != handle);
+            if link.unsettled() > 0 {
+                self.unsettled.retain(|_, u| u.handle != handle);
+            }
             let durable = link.durable.clone();
             let queue = link.queue().clone();
             drop(link);

@@ -97,6 +97,7 @@ impl Session {
                 // Acked once the connection has written its batch (`try_apply`).
                 acks.defer(link.queue(), link.subscription.consumer(), d.seq);
             } else {
+                link.sent_unsettled();
                 self.unsettled.insert(
                     delivery_id,
                     Unsettled {
@@ -155,8 +156,17 @@ impl Session {
         // entry, not a map (and no copy of the outcome per delivery).
         let mut acks: Vec<(ConsumerId, Arc<Queue>, Vec<u64>)> = Vec::new();
         let state = d.state.as_ref().unwrap_or(&DeliveryState::Accepted);
+        // Links held back by their unsettled limit, granted credit again once.
+        let mut held_back: Vec<u32> = Vec::new();
         loop {
             if let Some(u) = self.unsettled.remove(&id) {
+                let was_held = self
+                    .senders
+                    .get_mut(&u.handle)
+                    .is_some_and(|link| link.settled_one());
+                if was_held && held_back.last() != Some(&u.handle) {
+                    held_back.push(u.handle);
+                }
                 match state {
                     DeliveryState::TransactionalState { txn_id, outcome } => {
                         let outcome = outcome.as_deref().unwrap_or(&DeliveryState::Accepted);
@@ -189,6 +199,11 @@ impl Session {
         }
         for (consumer, queue, seqs) in acks {
             let _ = queue.ack(consumer, &seqs);
+        }
+        for handle in held_back {
+            if let Some(link) = self.senders.get_mut(&handle) {
+                link.regrant();
+            }
         }
         if !d.settled {
             // The peer wants us to settle (it used rcv-settle-mode second).
