@@ -9,6 +9,7 @@ pub mod convert;
 mod env;
 mod handshake;
 mod link;
+mod options;
 mod outgoing;
 mod send_batch;
 mod session;
