@@ -45,6 +45,9 @@ pub struct BrokerConfig {
     pub auto_create_queues: bool,
     /// Threads that run the connections (the async runtime's workers).
     pub worker_threads: usize,
+    /// Bytes all queues' messages may hold in memory (`-1` resolved to half
+    /// the physical memory).
+    pub global_max_size: u64,
 }
 
 /// The two well-known acceptors (`None` = off) and any extra listeners.

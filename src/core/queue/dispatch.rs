@@ -68,10 +68,9 @@ impl Queue {
             queue: self.id,
             seq,
         };
-        if st.backlog.has_lane(&lane)
-            || (st.ready.len() >= self.settings.max_memory_messages
-                && !self.admits_now(st, &lane, &message))
-        {
+        let memory_full =
+            st.ready.len() >= self.settings.max_memory_messages || self.memory.is_full();
+        if st.backlog.has_lane(&lane) || (memory_full && !self.admits_now(st, &lane, &message)) {
             let owner = st.owner_of(&lane);
             st.backlog.push(lane, seq, owner);
             let put = Op::PutMessage {
@@ -97,6 +96,7 @@ impl Queue {
         };
         let entry = Entry {
             seq,
+            charge: self.memory.charge(&message),
             message,
             delivery_count,
             persisted: durable,
@@ -341,7 +341,9 @@ impl Queue {
     /// memory: the oldest lanes on disk that are not bound to a consumer.
     fn refill(&self, st: &mut State, after: &mut AfterUnlock) {
         let target = (self.settings.max_memory_messages / 2).max(1);
-        while st.ready.len() < target {
+        // Within half the byte limits too: a consumer's own reads
+        // (`read_for`) are bounded by its credit instead.
+        while st.ready.len() < target && self.memory.has_headroom() {
             let Some(lane) = st.backlog.next_lane(None, |l| is_held(st, l)) else {
                 return;
             };
@@ -438,7 +440,8 @@ impl Queue {
                 continue;
             }
             st.backlog.remove(&None, seq);
-            st.ready.push(Entry::stored(seq, stored, None), None);
+            st.ready
+                .push(Entry::stored(seq, stored, None, &self.memory), None);
             found += 1;
         }
         // Stopped short (the scan's limit, or messages the writer has not
@@ -526,7 +529,7 @@ impl Queue {
         };
         if stored.message.expires_at.is_some() && stored.message.is_expired_at(now) {
             st.backlog.consumed(lane, 1);
-            let entry = Entry::stored(seq, stored, lane.clone());
+            let entry = Entry::stored(seq, stored, lane.clone(), &self.memory);
             self.forget(&entry);
             after.diverted.push((entry.message, Diversion::Expired));
             return Head::Expired;
@@ -578,9 +581,10 @@ impl Queue {
         let owner = st.owner_of(lane);
         for (seq, record) in records.into_iter().take(readable) {
             match persist::decode(record) {
-                Ok(stored) => st
-                    .ready
-                    .push(Entry::stored(seq, stored, lane.clone()), owner),
+                Ok(stored) => st.ready.push(
+                    Entry::stored(seq, stored, lane.clone(), &self.memory),
+                    owner,
+                ),
                 Err(e) => {
                     tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable paged message")
                 }

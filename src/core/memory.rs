@@ -1,0 +1,352 @@
+//! Memory limits in bytes, with Artemis's names and meaning: a broker-wide
+//! `global_max_size` and a per-queue `max_size_bytes`, each a [`Budget`] of
+//! the bytes the queues' messages hold in memory.
+//!
+//! Every message a queue holds in memory (ready, in flight, waiting out a
+//! redelivery delay) carries a [`Charge`] of its [`footprint`] against its
+//! queue's budget and the broker's; dropping the message's entry gives the
+//! bytes back, wherever in the queue that happens. Charging and giving back
+//! are a few atomic additions: no lock, nothing per message beyond that.
+//!
+//! A budget turns full when its bytes reach the limit and stays full until
+//! they fall below the low mark (90% of it), so producers blocked by a full
+//! budget are let go once, with room to send, not at every message.
+
+use super::message::Message;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// What a queue does with a new message while its budget, or the broker's,
+/// is full (Artemis's `address-full-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressFullPolicy {
+    /// Write new messages to disk, in order, and read them back as consumers
+    /// take them (the default).
+    #[default]
+    Page,
+    /// Keep accepting what arrives but stop the producers: protocols stop
+    /// reading their sends (STOMP) or granting them credit (AMQP).
+    Block,
+    /// Refuse the send with [`CoreError::AddressFull`](super::CoreError::AddressFull).
+    Fail,
+    /// Accept and discard the message, counting it.
+    Drop,
+}
+
+impl AddressFullPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            AddressFullPolicy::Page => "PAGE",
+            AddressFullPolicy::Block => "BLOCK",
+            AddressFullPolicy::Fail => "FAIL",
+            AddressFullPolicy::Drop => "DROP",
+        }
+    }
+}
+
+/// What a message costs in a queue besides [`Message::weight`]: the queue
+/// entry, the shared pointer's counts and the ready set's node, rounded up
+/// for the allocator.
+const OVERHEAD: u64 = 192;
+
+/// The bytes a message holds in memory: [`Message::weight`] (the message
+/// struct, its body, its original encoding when the protocol kept one, its
+/// decoded properties) plus its string fields and [`OVERHEAD`].
+pub fn footprint(message: &Message) -> u64 {
+    let strings = [
+        &message.message_id,
+        &message.correlation_id,
+        &message.reply_to,
+        &message.content_type,
+        &message.subject,
+        &message.user_id,
+        &message.group_id,
+    ]
+    .into_iter()
+    .map(|s| s.as_ref().map_or(0, |s| s.len()))
+    .sum::<usize>();
+    (message.weight() + strings) as u64 + OVERHEAD
+}
+
+/// A limit on bytes held in memory, shared by every thread that charges it.
+#[derive(Debug)]
+pub struct Budget {
+    /// `u64::MAX` when unlimited.
+    limit: u64,
+    low: u64,
+    used: AtomicU64,
+    full: AtomicBool,
+    /// Woken when the budget stops being full.
+    room: Notify,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes; `None` counts without limiting.
+    pub fn new(limit: Option<u64>) -> Self {
+        let limit = limit.unwrap_or(u64::MAX);
+        Budget {
+            limit,
+            low: limit - limit / 10,
+            used: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            room: Notify::new(),
+        }
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        (self.limit != u64::MAX).then_some(self.limit)
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Reached its limit and not yet back under the low mark.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: u64) {
+        let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        if now >= self.limit && !self.full.load(Ordering::Relaxed) {
+            self.full.store(true, Ordering::SeqCst);
+            // A release that went below the low mark meanwhile saw `full`
+            // still clear and woke nobody: look again.
+            if self.used.load(Ordering::SeqCst) < self.low {
+                self.unfull();
+            }
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+        if now < self.low && self.full.load(Ordering::SeqCst) {
+            self.unfull();
+        }
+    }
+
+    fn unfull(&self) {
+        if self.full.swap(false, Ordering::SeqCst) {
+            self.room.notify_waiters();
+        }
+    }
+
+    /// Resolves once the budget is not full.
+    pub async fn has_room(&self) {
+        loop {
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if !self.is_full() {
+                return;
+            }
+            room.await;
+        }
+    }
+}
+
+/// One queue's account: its own budget, the broker's, and what it does when
+/// either is full.
+#[derive(Debug)]
+pub struct QueueMemory {
+    own: Budget,
+    global: Arc<Budget>,
+    policy: AddressFullPolicy,
+    dropped: AtomicU64,
+}
+
+impl QueueMemory {
+    pub fn new(
+        max_size_bytes: Option<u64>,
+        policy: AddressFullPolicy,
+        global: Arc<Budget>,
+    ) -> Self {
+        QueueMemory {
+            own: Budget::new(max_size_bytes),
+            global,
+            policy,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Unlimited, for a queue outside any broker (tests).
+    pub fn unlimited() -> Self {
+        Self::new(None, AddressFullPolicy::Page, Arc::new(Budget::new(None)))
+    }
+
+    pub fn policy(&self) -> AddressFullPolicy {
+        self.policy
+    }
+
+    /// Bytes this queue's messages hold in memory.
+    pub fn used(&self) -> u64 {
+        self.own.used()
+    }
+
+    /// Whether the queue's budget or the broker's is full: new messages meet
+    /// the queue's policy.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.own.is_full() || self.global.is_full()
+    }
+
+    /// The queue's own limit, when it is what is full.
+    pub fn own_limit_reached(&self) -> Option<u64> {
+        self.own.limit().filter(|_| self.own.is_full())
+    }
+
+    pub fn global_limit(&self) -> Option<u64> {
+        self.global.limit()
+    }
+
+    /// Whether the queue has room for about half its budget more: paging in
+    /// ahead of consumers stops there.
+    pub fn has_headroom(&self) -> bool {
+        !self.is_full() && self.own.limit().is_none_or(|l| self.own.used() < l / 2)
+    }
+
+    /// A BLOCK queue that is full: its producers must wait.
+    #[inline]
+    pub fn blocks_producers(&self) -> bool {
+        self.policy == AddressFullPolicy::Block && self.is_full()
+    }
+
+    /// Resolves once neither budget is full.
+    pub async fn has_room(&self) {
+        loop {
+            self.own.has_room().await;
+            self.global.has_room().await;
+            if !self.is_full() {
+                return;
+            }
+        }
+    }
+
+    /// Counts a message dropped by the DROP policy; returns the count so far.
+    pub fn dropped_one(&self) -> u64 {
+        self.dropped.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Charges `message` to both budgets until the returned charge is dropped.
+    pub fn charge(self: &Arc<Self>, message: &Message) -> Charge {
+        let bytes = footprint(message);
+        self.own.charge(bytes);
+        self.global.charge(bytes);
+        Charge {
+            bytes,
+            account: Some(self.clone()),
+        }
+    }
+}
+
+/// A message's bytes charged to its queue and the broker; given back when
+/// dropped.
+#[derive(Debug, Default)]
+pub struct Charge {
+    bytes: u64,
+    account: Option<Arc<QueueMemory>>,
+}
+
+impl Charge {
+    /// Nothing charged (tests' entries).
+    pub fn none() -> Self {
+        Charge::default()
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(account) = &self.account {
+            account.own.release(self.bytes);
+            account.global.release(self.bytes);
+        }
+    }
+}
+
+/// Half the machine's physical memory, Artemis's default for
+/// `global-max-size`; 1 GiB where it cannot be read.
+pub fn default_global_max_size() -> u64 {
+    physical_memory().map_or(1 << 30, |m| m / 2)
+}
+
+fn physical_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_at_the_limit_until_below_the_low_mark() {
+        let global = Arc::new(Budget::new(Some(100_000)));
+        let account = Arc::new(QueueMemory::new(
+            Some(30_000),
+            AddressFullPolicy::Block,
+            global.clone(),
+        ));
+        let message = Message::default();
+        let one = footprint(&message);
+        assert!(one >= OVERHEAD);
+        let mut charges: Vec<Charge> = Vec::new();
+        while !account.is_full() {
+            charges.push(account.charge(&message));
+        }
+        assert!(account.used() >= 30_000 && account.blocks_producers());
+        assert_eq!(global.used(), account.used());
+        charges.pop();
+        assert!(account.is_full(), "still above the low mark");
+        charges.truncate(charges.len() / 2);
+        assert!(!account.is_full());
+        charges.clear();
+        assert_eq!((account.used(), global.used()), (0, 0));
+    }
+
+    #[test]
+    fn the_global_budget_fills_every_queue() {
+        let global = Arc::new(Budget::new(Some(2_000)));
+        let a = Arc::new(QueueMemory::new(
+            None,
+            AddressFullPolicy::Page,
+            global.clone(),
+        ));
+        let b = Arc::new(QueueMemory::new(None, AddressFullPolicy::Fail, global));
+        let held: Vec<Charge> = (0..4).map(|_| a.charge(&Message::default())).collect();
+        assert!(a.is_full() && b.is_full());
+        assert!(!a.blocks_producers(), "PAGE never blocks");
+        drop(held);
+        assert!(!b.is_full());
+    }
+
+    #[tokio::test]
+    async fn waiters_go_once_below_the_low_mark() {
+        let account = Arc::new(QueueMemory::new(
+            Some(1_000),
+            AddressFullPolicy::Block,
+            Arc::new(Budget::new(None)),
+        ));
+        let held = account.charge(&Message::default());
+        let held2 = account.charge(&Message::default());
+        assert!(account.blocks_producers());
+        let waiter = tokio::spawn({
+            let account = account.clone();
+            async move { account.has_room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop((held, held2));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("joined");
+    }
+}
