@@ -17,7 +17,7 @@ use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// How an address distributes messages.
@@ -90,6 +90,9 @@ struct Inner {
     scheduler: RwLock<Option<Arc<dyn DelayedDelivery>>>,
     /// The broker-wide memory budget every queue charges besides its own.
     memory: Arc<Budget>,
+    /// Whether any queue was created with the BLOCK policy: until one is,
+    /// protocols need not look for blocking subscribers of a topic.
+    has_block_queues: AtomicBool,
     me: Weak<Inner>,
 }
 
@@ -124,6 +127,7 @@ impl Broker {
             next_consumer_id: AtomicU64::new(1),
             scheduler: RwLock::new(None),
             memory: Arc::new(Budget::new(options.global_max_size)),
+            has_block_queues: AtomicBool::new(false),
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -209,6 +213,9 @@ impl Broker {
     }
 
     fn new_queue(&self, name: Arc<str>, id: u32, settings: QueueSettings) -> Arc<Queue> {
+        if settings.address_full_policy == AddressFullPolicy::Block {
+            self.inner.has_block_queues.store(true, Ordering::Relaxed);
+        }
         let diverter: Weak<dyn Diverter> = self.inner.me.clone();
         Arc::new(Queue::new(
             name,
@@ -281,6 +288,12 @@ impl Broker {
             Some(queue) => Err(address_full(queue)),
             None => Ok(()),
         }
+    }
+
+    /// Whether some queue may block its producers (one has the BLOCK policy).
+    #[inline]
+    pub fn may_block_producers(&self) -> bool {
+        self.inner.has_block_queues.load(Ordering::Relaxed)
     }
 
     /// A subscriber queue of `topic` whose producers must stop (see

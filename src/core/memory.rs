@@ -13,6 +13,7 @@
 //! budget are let go once, with room to send, not at every message.
 
 use super::message::Message;
+use crate::store::MessageRecord;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -70,14 +71,24 @@ pub fn footprint(message: &Message) -> u64 {
 }
 
 /// A limit on bytes held in memory, shared by every thread that charges it.
+///
+/// Two marks, each with hysteresis: *full* at the limit (new messages meet
+/// the queue's policy) until below 90% of it, and *over* at 110% (every
+/// producer waits, whatever the policy) until below 105%. Messages being
+/// paged out stay charged until written, so a producer faster than the disk
+/// drives the budget over and waits for the writer instead of queueing its
+/// messages in memory on their way to disk.
 #[derive(Debug)]
 pub struct Budget {
     /// `u64::MAX` when unlimited.
     limit: u64,
     low: u64,
+    hard: u64,
+    hard_low: u64,
     used: AtomicU64,
     full: AtomicBool,
-    /// Woken when the budget stops being full.
+    over: AtomicBool,
+    /// Woken when the budget stops being full or over.
     room: Notify,
 }
 
@@ -88,8 +99,11 @@ impl Budget {
         Budget {
             limit,
             low: limit - limit / 10,
+            hard: limit.saturating_add(limit / 10),
+            hard_low: limit.saturating_add(limit / 20),
             used: AtomicU64::new(0),
             full: AtomicBool::new(false),
+            over: AtomicBool::new(false),
             room: Notify::new(),
         }
     }
@@ -108,41 +122,48 @@ impl Budget {
         self.full.load(Ordering::Relaxed)
     }
 
+    /// Past its hard mark and not yet back under 105%: producers wait.
+    #[inline]
+    pub fn is_over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
     fn charge(&self, bytes: u64) {
         let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
-        if now >= self.limit && !self.full.load(Ordering::Relaxed) {
-            self.full.store(true, Ordering::SeqCst);
-            // A release that went below the low mark meanwhile saw `full`
-            // still clear and woke nobody: look again.
-            if self.used.load(Ordering::SeqCst) < self.low {
-                self.unfull();
-            }
+        if now >= self.limit {
+            self.set(&self.full, self.low);
+        }
+        if now >= self.hard {
+            self.set(&self.over, self.hard_low);
+        }
+    }
+
+    /// Raises `flag`, unless a release below `clear_below` raced with it.
+    fn set(&self, flag: &AtomicBool, clear_below: u64) {
+        if flag.load(Ordering::Relaxed) {
+            return;
+        }
+        flag.store(true, Ordering::SeqCst);
+        // A release that went below the mark meanwhile saw the flag still
+        // clear and woke nobody: look again.
+        if self.used.load(Ordering::SeqCst) < clear_below {
+            self.clear(flag);
         }
     }
 
     fn release(&self, bytes: u64) {
         let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+        if now < self.hard_low && self.over.load(Ordering::SeqCst) {
+            self.clear(&self.over);
+        }
         if now < self.low && self.full.load(Ordering::SeqCst) {
-            self.unfull();
+            self.clear(&self.full);
         }
     }
 
-    fn unfull(&self) {
-        if self.full.swap(false, Ordering::SeqCst) {
+    fn clear(&self, flag: &AtomicBool) {
+        if flag.swap(false, Ordering::SeqCst) {
             self.room.notify_waiters();
-        }
-    }
-
-    /// Resolves once the budget is not full.
-    pub async fn has_room(&self) {
-        loop {
-            let room = self.room.notified();
-            tokio::pin!(room);
-            room.as_mut().enable();
-            if !self.is_full() {
-                return;
-            }
-            room.await;
         }
     }
 }
@@ -207,19 +228,31 @@ impl QueueMemory {
         !self.is_full() && self.own.limit().is_none_or(|l| self.own.used() < l / 2)
     }
 
-    /// A BLOCK queue that is full: its producers must wait.
+    /// Whether the queue's producers must wait: a BLOCK queue that is full,
+    /// or any queue whose budget (or the broker's) is over its hard mark
+    /// because messages wait to be paged out faster than the disk takes them.
     #[inline]
     pub fn blocks_producers(&self) -> bool {
-        self.policy == AddressFullPolicy::Block && self.is_full()
+        (self.policy == AddressFullPolicy::Block && self.is_full())
+            || self.own.is_over()
+            || self.global.is_over()
     }
 
-    /// Resolves once neither budget is full.
+    /// Resolves once the queue's producers may go on (see
+    /// [`QueueMemory::blocks_producers`]).
     pub async fn has_room(&self) {
         loop {
-            self.own.has_room().await;
-            self.global.has_room().await;
-            if !self.is_full() {
+            let own = self.own.room.notified();
+            let global = self.global.room.notified();
+            tokio::pin!(own, global);
+            own.as_mut().enable();
+            global.as_mut().enable();
+            if !self.blocks_producers() {
                 return;
+            }
+            tokio::select! {
+                () = own => {}
+                () = global => {}
             }
         }
     }
@@ -242,6 +275,29 @@ impl QueueMemory {
             bytes,
             account: Some(self.clone()),
         }
+    }
+}
+
+/// A message on its way to disk (paged out), still charged until the store
+/// has written it and drops its record.
+pub struct PagingOut {
+    message: Arc<Message>,
+    _charge: Charge,
+}
+
+impl PagingOut {
+    pub fn new(message: Arc<Message>, memory: &Arc<QueueMemory>) -> Self {
+        let charge = memory.charge(&message);
+        PagingOut {
+            message,
+            _charge: charge,
+        }
+    }
+}
+
+impl MessageRecord for PagingOut {
+    fn encode_record(&self, delivery_count: u32, out: &mut Vec<u8>) {
+        self.message.encode_record(delivery_count, out)
     }
 }
 
@@ -325,6 +381,35 @@ mod tests {
         assert!(!a.blocks_producers(), "PAGE never blocks");
         drop(held);
         assert!(!b.is_full());
+    }
+
+    #[test]
+    fn every_policy_blocks_past_the_hard_mark() {
+        let global = Arc::new(Budget::new(Some(10_000)));
+        let page = Arc::new(QueueMemory::new(
+            None,
+            AddressFullPolicy::Page,
+            global.clone(),
+        ));
+        let mut held = Vec::new();
+        while global.used() < 10_000 {
+            held.push(page.charge(&Message::default()));
+        }
+        assert!(
+            page.is_full() && !page.blocks_producers(),
+            "PAGE pages at the limit"
+        );
+        while global.used() < 11_000 {
+            held.push(page.charge(&Message::default()));
+        }
+        assert!(
+            page.blocks_producers(),
+            "past 110% even PAGE producers wait"
+        );
+        while global.used() >= 10_500 {
+            held.pop();
+        }
+        assert!(!page.blocks_producers() && page.is_full());
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use super::effects::AfterUnlock;
 use super::ready::{Entry, Pick};
 use super::{Diversion, InFlight, Queue, State};
 use crate::core::consumer::{ConsumerId, Delivery, MessageFilter};
+use crate::core::memory::PagingOut;
 use crate::core::message::{now_ms, Message};
 use crate::core::persist;
 use crate::store::{Completion, MessageKey, Op, Record};
@@ -73,9 +74,12 @@ impl Queue {
         if st.backlog.has_lane(&lane) || (memory_full && !self.admits_now(st, &lane, &message)) {
             let owner = st.owner_of(&lane);
             st.backlog.push(lane, seq, owner);
+            // Charged until written: a producer faster than the disk must
+            // not queue its messages in memory on their way there.
+            let paging = PagingOut::new(message, &self.memory);
             let put = Op::PutMessage {
                 key,
-                record: record(),
+                record: Record::message(Arc::new(paging), delivery_count),
                 consumable: false,
             };
             return (self.write(Some(put), also), Placed::Paged);

@@ -551,6 +551,16 @@ impl Queue {
     }
 }
 
+/// [`Queue::producers_may_go`] of the queue a connection's producers wait
+/// for; never resolves while they wait for none, so a protocol's event loop
+/// can always await it beside its other work.
+pub async fn producers_may_go(blocked_by: &Option<Arc<Queue>>) {
+    match blocked_by {
+        Some(queue) => queue.producers_may_go().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// A queue's state lock. std's futex mutex parks a waiter after a short spin;
 /// parking_lot's spins by yielding the CPU, which on two cores shared by a
 /// publisher and auto-acking consumers meant tens of thousands of

@@ -151,6 +151,10 @@ struct Session<S> {
     /// Auto-mode acks waiting for a free queue; applied with the next batch
     /// or when the session is idle.
     pending_acks: PendingAcks,
+    /// A queue this connection sent to whose producers must wait (BLOCK
+    /// policy, memory limit reached): nothing more is read until it lets
+    /// them go. Deliveries and receipts still go out.
+    blocked_by: Option<Arc<crate::core::queue::Queue>>,
 }
 
 /// Serves one connection until it ends. `io` may be any byte stream (TCP, or a
@@ -200,6 +204,7 @@ where
         last_write: now,
         producer: ProducerGroup::default(),
         pending_acks: PendingAcks::default(),
+        blocked_by: None,
     };
     match session.handshake().await {
         Ok(true) => {}
@@ -312,7 +317,8 @@ where
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let reading = self.receipts.len() < self.options.max_pending_receipts;
+            let reading = self.receipts.len() < self.options.max_pending_receipts
+                && self.blocked_by.is_none();
             tokio::select! {
                 item = self.framed.next(), if reading => {
                     self.last_read = Instant::now();
@@ -331,6 +337,11 @@ where
                 Some(delivery) = self.deliveries.recv() => {
                     self.write_deliveries(delivery).await.map_err(|e| (e, None))?;
                 }
+                () = crate::core::queue::producers_may_go(&self.blocked_by), if self.blocked_by.is_some() => {
+                    self.blocked_by = None;
+                    // Its heart-beats waited in the socket meanwhile.
+                    self.last_read = Instant::now();
+                }
                 // Lets the tasks holding the queue go first, then acks for sure.
                 _ = tokio::task::yield_now(), if !self.pending_acks.is_empty() => {
                     self.pending_acks.apply();
@@ -347,7 +358,7 @@ where
                 }
                 _ = ticker.tick() => {
                     if let Some(limit) = self.expect_within {
-                        if self.last_read.elapsed() > limit {
+                        if self.last_read.elapsed() > limit && self.blocked_by.is_none() {
                             tracing::info!("heart-beat missed; closing");
                             return Err((SessionError::Protocol("heart-beat timeout".into()), None));
                         }
@@ -481,7 +492,10 @@ where
                 }
             }
             // A frame taken from the stream must be handled: stop before taking one.
-            if taken == MAX_READ_BATCH || self.receipts.len() >= self.options.max_pending_receipts {
+            if taken == MAX_READ_BATCH
+                || self.receipts.len() >= self.options.max_pending_receipts
+                || self.blocked_by.is_some()
+            {
                 break;
             }
             match self.framed.next().now_or_never() {
@@ -612,8 +626,20 @@ where
                     None => self.broker.publish(message, dest.routing)?,
                 }
             }
-            RoutingType::Multicast => self.broker.publish(message, dest.routing)?,
+            RoutingType::Multicast => {
+                let topic = message.address.clone();
+                let receipt = self.broker.publish(message, dest.routing)?;
+                if self.broker.may_block_producers() {
+                    self.blocked_by = self.broker.blocking_subscriber(&topic);
+                }
+                receipt
+            }
         };
+        if let Some(queue) = self.sending_to.as_ref().filter(|q| q.blocks_producers()) {
+            if dest.routing == RoutingType::Anycast {
+                self.blocked_by = Some(queue.clone());
+            }
+        }
         self.receipt_after(receipt, completion);
         Ok(())
     }

@@ -22,7 +22,7 @@ use crate::core::consumer::Delivery;
 use crate::core::deliveries::WakeBatch;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
-use crate::core::queue::PendingAcks;
+use crate::core::queue::{producers_may_go, PendingAcks, Queue};
 use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
 use crate::protocol::amqp::wire::definitions::AmqpError;
@@ -187,6 +187,7 @@ where
         remote_idle: None,
         last_read: Instant::now(),
         last_write: Instant::now(),
+        withheld_by: None,
     };
     let result = match conn.open().await {
         Ok(true) => conn.main_loop(&mut shutdown).await,
@@ -229,6 +230,10 @@ struct Connection<S> {
     remote_idle: Option<Duration>,
     last_read: Instant,
     last_write: Instant,
+    /// A queue that blocks producers on one of this connection's links: while
+    /// it does, those links get no credit (see `Session::regrant`); every
+    /// other link, and every consumer, goes on.
+    withheld_by: Option<Arc<Queue>>,
 }
 
 impl<S> Connection<S>
@@ -362,6 +367,12 @@ where
                 _ = tokio::task::yield_now(), if !self.pending_acks.is_empty() => {
                     self.pending_acks.apply();
                 }
+                () = producers_may_go(&self.withheld_by), if self.withheld_by.is_some() => {
+                    self.withheld_by = None;
+                    for session in self.sessions.values_mut() {
+                        session.regrant(&self.env.broker, &mut self.out, self.env.link_credit);
+                    }
+                }
                 result = oldest_written(&mut self.waits.written), if !self.waits.written.is_empty() => {
                     self.written(result);
                     // The rest of a group commit is answered already: one flush for all.
@@ -399,6 +410,9 @@ where
                 _ = shutdown.recv() => {
                     return Err(close_error(condition::CONNECTION_FORCED, "broker shutting down"));
                 }
+            }
+            if self.withheld_by.is_none() {
+                self.withheld_by = self.sessions.values().find_map(Session::withheld_queue);
             }
             if !self.out.is_empty() {
                 self.flush().await?;
