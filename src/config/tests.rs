@@ -636,7 +636,10 @@ fn memory_limits_are_read_with_units_and_minus_one() {
             "address_full_policy",
         ),
     ] {
-        let err = Config::from_toml_str(text).err().expect(text).to_string();
+        let Err(err) = Config::from_toml_str(text) else {
+            panic!("{text}: accepted");
+        };
+        let err = err.to_string();
         assert!(err.contains(want), "{text}: {err}");
     }
 }
