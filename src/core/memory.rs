@@ -73,8 +73,8 @@ pub fn footprint(message: &Message) -> u64 {
 /// A limit on bytes held in memory, shared by every thread that charges it.
 ///
 /// Two marks, each with hysteresis: *full* at the limit (new messages meet
-/// the queue's policy) until below 90% of it, and *over* at 110% (every
-/// producer waits, whatever the policy) until below 105%. Messages being
+/// the queue's policy) until below 90% of it, and *over* at 102.5% (every
+/// producer waits, whatever the policy) until below 101%. Messages being
 /// paged out stay charged until written, so a producer faster than the disk
 /// drives the budget over and waits for the writer instead of queueing its
 /// messages in memory on their way to disk.
@@ -99,8 +99,8 @@ impl Budget {
         Budget {
             limit,
             low: limit - limit / 10,
-            hard: limit.saturating_add(limit / 10),
-            hard_low: limit.saturating_add(limit / 20),
+            hard: limit.saturating_add(limit / 40),
+            hard_low: limit.saturating_add(limit / 100),
             used: AtomicU64::new(0),
             full: AtomicBool::new(false),
             over: AtomicBool::new(false),
@@ -122,7 +122,7 @@ impl Budget {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Past its hard mark and not yet back under 105%: producers wait.
+    /// Past its hard mark and not yet back under 101%: producers wait.
     #[inline]
     pub fn is_over(&self) -> bool {
         self.over.load(Ordering::Relaxed)
@@ -220,6 +220,12 @@ impl QueueMemory {
 
     pub fn global_limit(&self) -> Option<u64> {
         self.global.limit()
+    }
+
+    /// Whether the queue's bytes, or the broker's, passed half the limit.
+    #[inline]
+    pub fn is_half_full(&self) -> bool {
+        self.own.used() >= self.own.limit / 2 || self.global.used() >= self.global.limit / 2
     }
 
     /// Whether the queue has room for about half its budget more: paging in
@@ -399,12 +405,12 @@ mod tests {
             page.is_full() && !page.blocks_producers(),
             "PAGE pages at the limit"
         );
-        while global.used() < 11_000 {
+        while global.used() < 10_250 {
             held.push(page.charge(&Message::default()));
         }
         assert!(
             page.blocks_producers(),
-            "past 110% even PAGE producers wait"
+            "past 102.5% even PAGE producers wait"
         );
         while global.used() >= 10_500 {
             held.pop();

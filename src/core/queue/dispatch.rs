@@ -60,8 +60,6 @@ impl Queue {
         after: &mut AfterUnlock,
     ) -> (Completion, Placed) {
         let durable = message.durable || self.settings.durable;
-        // The writer encodes the record only if it writes it (see `store::record`).
-        let record = || Record::message(message.clone(), delivery_count);
         let seq = st.next_seq;
         st.next_seq += 1;
         let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
@@ -87,9 +85,19 @@ impl Queue {
         // Without a consumer nothing can acknowledge it before it is
         // written: the store need not wait for one.
         let consumable = st.consumers.active() > 0;
+        // A message that will sit in memory (no consumer), or any while
+        // memory is short, gets bytes of its own: as a slice of the
+        // connection's read buffer it pinned the rest of that buffer
+        // (measured: RSS 1.6 times the bytes counted for a flood of 64 KiB
+        // messages). A queue whose consumers keep up copies nothing.
+        let message = match !consumable || self.memory.is_half_full() {
+            true => Arc::new(message.detached()),
+            false => message,
+        };
+        // The writer encodes the record only if it writes it (see `store::record`).
         let put = durable.then(|| Op::PutMessage {
             key,
-            record: record(),
+            record: Record::message(message.clone(), delivery_count),
             consumable,
         });
         let completion = self.write(put, also);
