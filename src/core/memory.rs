@@ -72,20 +72,21 @@ pub fn footprint(message: &Message) -> u64 {
 
 /// A limit on bytes held in memory, shared by every thread that charges it.
 ///
-/// Two marks, each with hysteresis: *full* at the limit (new messages meet
-/// the queue's policy) until below 90% of it, and *over* at 102.5% (every
-/// producer waits, whatever the policy) until below 101%. Messages being
-/// paged out stay charged until written, so a producer faster than the disk
-/// drives the budget over and waits for the writer instead of queueing its
-/// messages in memory on their way to disk.
+/// *Full* at the limit (new messages meet the queue's policy) until below
+/// 90% of it. Apart from that, messages being paged out stay charged until
+/// written, and are counted as *writing* too: past a write allowance (2.5%
+/// of the limit, at least 1 MiB) every producer waits, whatever the policy,
+/// until the writer is down to half of it. A producer faster than the disk
+/// then waits for the writer instead of queueing its messages in memory on
+/// their way to disk; the wait ends by itself, consumers or not.
 #[derive(Debug)]
 pub struct Budget {
     /// `u64::MAX` when unlimited.
     limit: u64,
     low: u64,
-    hard: u64,
-    hard_low: u64,
+    write_allowance: u64,
     used: AtomicU64,
+    writing: AtomicU64,
     full: AtomicBool,
     over: AtomicBool,
     /// Woken when the budget stops being full or over.
@@ -95,13 +96,14 @@ pub struct Budget {
 impl Budget {
     /// A budget of `limit` bytes; `None` counts without limiting.
     pub fn new(limit: Option<u64>) -> Self {
+        let write_allowance = limit.map_or(u64::MAX, |l| (l / 40).max(1 << 20));
         let limit = limit.unwrap_or(u64::MAX);
         Budget {
             limit,
             low: limit - limit / 10,
-            hard: limit.saturating_add(limit / 40),
-            hard_low: limit.saturating_add(limit / 100),
+            write_allowance,
             used: AtomicU64::new(0),
+            writing: AtomicU64::new(0),
             full: AtomicBool::new(false),
             over: AtomicBool::new(false),
             room: Notify::new(),
@@ -122,40 +124,48 @@ impl Budget {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Past its hard mark and not yet back under 101%: producers wait.
+    /// Messages waiting to be paged out passed the write allowance and are
+    /// not yet down to half of it: producers wait.
     #[inline]
     pub fn is_over(&self) -> bool {
         self.over.load(Ordering::Relaxed)
     }
 
-    fn charge(&self, bytes: u64) {
+    fn charge(&self, bytes: u64, paging: bool) {
         let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
         if now >= self.limit {
-            self.set(&self.full, self.low);
+            self.set(&self.full, &self.used, self.low);
         }
-        if now >= self.hard {
-            self.set(&self.over, self.hard_low);
+        if paging {
+            let writing = self.writing.fetch_add(bytes, Ordering::SeqCst) + bytes;
+            if writing >= self.write_allowance {
+                self.set(&self.over, &self.writing, self.write_allowance / 2);
+            }
         }
     }
 
-    /// Raises `flag`, unless a release below `clear_below` raced with it.
-    fn set(&self, flag: &AtomicBool, clear_below: u64) {
+    /// Raises `flag`, unless a release that took `count` below `clear_below`
+    /// raced with it.
+    fn set(&self, flag: &AtomicBool, count: &AtomicU64, clear_below: u64) {
         if flag.load(Ordering::Relaxed) {
             return;
         }
         flag.store(true, Ordering::SeqCst);
         // A release that went below the mark meanwhile saw the flag still
         // clear and woke nobody: look again.
-        if self.used.load(Ordering::SeqCst) < clear_below {
+        if count.load(Ordering::SeqCst) < clear_below {
             self.clear(flag);
         }
     }
 
-    fn release(&self, bytes: u64) {
-        let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
-        if now < self.hard_low && self.over.load(Ordering::SeqCst) {
-            self.clear(&self.over);
+    fn release(&self, bytes: u64, paging: bool) {
+        if paging {
+            let writing = self.writing.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+            if writing < self.write_allowance / 2 && self.over.load(Ordering::SeqCst) {
+                self.clear(&self.over);
+            }
         }
+        let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
         if now < self.low && self.full.load(Ordering::SeqCst) {
             self.clear(&self.full);
         }
@@ -235,8 +245,8 @@ impl QueueMemory {
     }
 
     /// Whether the queue's producers must wait: a BLOCK queue that is full,
-    /// or any queue whose budget (or the broker's) is over its hard mark
-    /// because messages wait to be paged out faster than the disk takes them.
+    /// or any queue whose budget (or the broker's) is over its write
+    /// allowance: messages wait to be paged out faster than the disk takes them.
     #[inline]
     pub fn blocks_producers(&self) -> bool {
         (self.policy == AddressFullPolicy::Block && self.is_full())
@@ -274,11 +284,16 @@ impl QueueMemory {
 
     /// Charges `message` to both budgets until the returned charge is dropped.
     pub fn charge(self: &Arc<Self>, message: &Message) -> Charge {
+        self.charge_as(message, false)
+    }
+
+    fn charge_as(self: &Arc<Self>, message: &Message, paging: bool) -> Charge {
         let bytes = footprint(message);
-        self.own.charge(bytes);
-        self.global.charge(bytes);
+        self.own.charge(bytes, paging);
+        self.global.charge(bytes, paging);
         Charge {
             bytes,
+            paging,
             account: Some(self.clone()),
         }
     }
@@ -293,7 +308,7 @@ pub struct PagingOut {
 
 impl PagingOut {
     pub fn new(message: Arc<Message>, memory: &Arc<QueueMemory>) -> Self {
-        let charge = memory.charge(&message);
+        let charge = memory.charge_as(&message, true);
         PagingOut {
             message,
             _charge: charge,
@@ -312,6 +327,8 @@ impl MessageRecord for PagingOut {
 #[derive(Debug, Default)]
 pub struct Charge {
     bytes: u64,
+    /// A message being paged out: counted as writing too.
+    paging: bool,
     account: Option<Arc<QueueMemory>>,
 }
 
@@ -325,8 +342,8 @@ impl Charge {
 impl Drop for Charge {
     fn drop(&mut self) {
         if let Some(account) = &self.account {
-            account.own.release(self.bytes);
-            account.global.release(self.bytes);
+            account.own.release(self.bytes, self.paging);
+            account.global.release(self.bytes, self.paging);
         }
     }
 }
@@ -382,40 +399,46 @@ mod tests {
             global.clone(),
         ));
         let b = Arc::new(QueueMemory::new(None, AddressFullPolicy::Fail, global));
-        let held: Vec<Charge> = (0..4).map(|_| a.charge(&Message::default())).collect();
-        assert!(a.is_full() && b.is_full());
+        let mut held = Vec::new();
+        while !a.is_full() {
+            held.push(a.charge(&Message::default()));
+        }
+        assert!(b.is_full());
         assert!(!a.blocks_producers(), "PAGE never blocks");
         drop(held);
         assert!(!b.is_full());
     }
 
     #[test]
-    fn every_policy_blocks_past_the_hard_mark() {
-        let global = Arc::new(Budget::new(Some(10_000)));
+    fn every_policy_waits_while_paging_outruns_the_disk() {
+        let global = Arc::new(Budget::new(Some(4 << 20)));
         let page = Arc::new(QueueMemory::new(
             None,
             AddressFullPolicy::Page,
             global.clone(),
         ));
         let mut held = Vec::new();
-        while global.used() < 10_000 {
+        while !global.is_full() {
             held.push(page.charge(&Message::default()));
         }
+        assert!(!page.blocks_producers(), "PAGE pages at the limit");
+        held.push(page.charge(&Message::default()));
         assert!(
-            page.is_full() && !page.blocks_producers(),
-            "PAGE pages at the limit"
+            !page.blocks_producers(),
+            "memory past the limit alone never blocks"
         );
-        while global.used() < 10_250 {
-            held.push(page.charge(&Message::default()));
-        }
-        assert!(
-            page.blocks_producers(),
-            "past 102.5% even PAGE producers wait"
-        );
-        while global.used() >= 10_500 {
-            held.pop();
-        }
-        assert!(!page.blocks_producers() && page.is_full());
+        let big = Arc::new(Message {
+            body: bytes::Bytes::from(vec![0u8; 600 << 10]),
+            ..Message::default()
+        });
+        let first = PagingOut::new(big.clone(), &page);
+        assert!(!page.blocks_producers(), "within the write allowance");
+        let second = PagingOut::new(big, &page);
+        assert!(page.blocks_producers(), "past it even PAGE producers wait");
+        drop(second);
+        assert!(page.blocks_producers(), "until half of it is written");
+        drop(first);
+        assert!(!page.blocks_producers());
     }
 
     #[tokio::test]

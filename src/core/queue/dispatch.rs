@@ -353,8 +353,8 @@ impl Queue {
     /// memory: the oldest lanes on disk that are not bound to a consumer.
     fn refill(&self, st: &mut State, after: &mut AfterUnlock) {
         let target = (self.settings.max_memory_messages / 2).max(1);
-        // Within half the byte limits too: a consumer's own reads
-        // (`read_for`) are bounded by its credit instead.
+        // Within the byte limits too: a consumer's own reads (`read_for`)
+        // are bounded by its credit instead.
         while st.ready.len() < target && self.memory.has_headroom() {
             let Some(lane) = st.backlog.next_lane(None, |l| is_held(st, l)) else {
                 return;
