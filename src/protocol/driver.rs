@@ -202,7 +202,12 @@ where
             waited = conn.wait(), if conn.waiting() => conn.waited(io, waited).await,
             _ = ticker.tick() => {
                 if let Some(limit) = timing.expect_within {
-                    if io.last_read.elapsed() > limit {
+                    if !conn.reading() {
+                        // The peer's frames and heart-beats wait in the socket while the
+                        // protocol holds it back (a producer blocked by a full queue):
+                        // that silence is ours, not the peer's.
+                        io.last_read = Instant::now();
+                    } else if io.last_read.elapsed() > limit {
                         return Ending::Silent;
                     }
                 }
