@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::core::delay_headers::DelayHeader;
+use crate::core::memory::{default_global_max_size, AddressFullPolicy};
 use crate::core::security::{CredentialError, Secret};
 use crate::core::settings::{
     AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
@@ -14,8 +15,9 @@ use crate::core::settings::{
 
 use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
-    RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawDelayOverMax, RawDuration,
-    RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore, RawTimeLimit, RawUser,
+    RawAcceptors, RawAddressFullPolicy, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory,
+    RawDelayOverMax, RawDuration, RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore,
+    RawTimeLimit, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
@@ -129,7 +131,11 @@ fn broker(raw: RawBroker) -> Result<BrokerConfig, ConfigError> {
         1024,
         &KeyPath::root("broker").field("worker_threads"),
     )?;
+    let global_key = KeyPath::root("broker").field("global_max_size");
+    let global_max_size = byte_limit(raw.global_max_size.as_ref(), &global_key)?
+        .unwrap_or_else(default_global_max_size);
     Ok(BrokerConfig {
+        global_max_size,
         name: raw.name.unwrap_or_else(|| DEFAULT_NAME.to_owned()),
         data_dir: raw
             .data_dir
@@ -646,6 +652,17 @@ fn settings_override(
         dead_letter_address: optional_text(&raw.dead_letter_address),
         expiry_address: optional_text(&raw.expiry_address),
         max_memory_messages: raw.max_memory_messages,
+        max_size_bytes: raw
+            .max_size_bytes
+            .as_ref()
+            .map(|limit| byte_limit(Some(limit), &key.field("max_size_bytes")))
+            .transpose()?,
+        address_full_policy: raw.address_full_policy.map(|p| match p {
+            RawAddressFullPolicy::Page => AddressFullPolicy::Page,
+            RawAddressFullPolicy::Block => AddressFullPolicy::Block,
+            RawAddressFullPolicy::Fail => AddressFullPolicy::Fail,
+            RawAddressFullPolicy::Drop => AddressFullPolicy::Drop,
+        }),
         default_prefetch: raw.default_prefetch,
         default_message_delay: dur(&raw.default_message_delay, "default_message_delay")?,
         max_message_delay: dur(&raw.max_message_delay, "max_message_delay")?,
@@ -776,6 +793,14 @@ fn ranged_size(
         }
     };
     ranged(value, default, min, max, key)
+}
+
+/// A byte limit: `None` for `-1`, else a size of at least one byte.
+fn byte_limit(raw: Option<&RawByteLimit>, key: &KeyPath) -> Result<Option<u64>, ConfigError> {
+    match raw {
+        None | Some(RawByteLimit::Default) => Ok(None),
+        Some(RawByteLimit::Size(size)) => ranged_size(Some(size), 0, 1, u64::MAX, key).map(Some),
+    }
 }
 
 /// Every range checked above ends far below `usize::MAX` on the 64-bit targets we build for.

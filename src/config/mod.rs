@@ -48,6 +48,9 @@ pub struct BrokerConfig {
     pub worker_threads: usize,
     /// How long a stopping broker waits for its connections to close.
     pub shutdown_timeout: Duration,
+    /// Bytes all queues' messages may hold in memory (`-1` resolved to half
+    /// the physical memory).
+    pub global_max_size: u64,
 }
 
 /// The two well-known acceptors (`None` = off) and any extra listeners.

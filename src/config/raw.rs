@@ -35,6 +35,7 @@ pub(super) struct RawBroker {
     pub auto_create_queues: Option<bool>,
     pub worker_threads: Option<u64>,
     pub shutdown_timeout: Option<RawDuration>,
+    pub global_max_size: Option<RawByteLimit>,
 }
 
 /// `None` takes the default address; an empty string turns the acceptor off.
@@ -134,6 +135,18 @@ pub(super) enum RawDelayOverMax {
     Clamp,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub(super) enum RawAddressFullPolicy {
+    #[serde(rename = "PAGE", alias = "page")]
+    Page,
+    #[serde(rename = "BLOCK", alias = "block")]
+    Block,
+    #[serde(rename = "FAIL", alias = "fail")]
+    Fail,
+    #[serde(rename = "DROP", alias = "drop")]
+    Drop,
+}
+
 /// Declares the queue-settings keys once for both `[queue_defaults]` / `[address_settings.X]`
 /// and `[[queues]]` (which adds `name`): `#[serde(flatten)]` would silently drop unknown keys.
 macro_rules! settings_structs {
@@ -167,6 +180,8 @@ settings_structs! {
     dead_letter_address: String,
     expiry_address: String,
     max_memory_messages: usize,
+    max_size_bytes: RawByteLimit,
+    address_full_policy: RawAddressFullPolicy,
     default_prefetch: u32,
     default_message_delay: RawDuration,
     max_message_delay: RawDuration,
@@ -283,6 +298,44 @@ impl<'de> Deserialize<'de> for RawSize {
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
                 Ok(RawSize::Text(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A byte limit as written: `-1` (integer or text) for the default meaning
+/// (no limit, or a computed default), else a [`RawSize`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum RawByteLimit {
+    Default,
+    Size(RawSize),
+}
+
+impl<'de> Deserialize<'de> for RawByteLimit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawByteLimit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("-1, or a size such as 1048576 or \"512MiB\"")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(RawByteLimit::Size(RawSize::Bytes(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                match v {
+                    -1 => Ok(RawByteLimit::Default),
+                    _ => u64::try_from(v)
+                        .map(|b| RawByteLimit::Size(RawSize::Bytes(b)))
+                        .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self)),
+                }
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(match v.trim() {
+                    "-1" => RawByteLimit::Default,
+                    _ => RawByteLimit::Size(RawSize::Text(v.to_owned())),
+                })
             }
         }
         d.deserialize_any(V)

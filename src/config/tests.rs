@@ -616,3 +616,54 @@ fn disk_limits_are_read_with_units() {
     assert_eq!(config.store().min_free_disk, 1 << 30);
     assert_eq!(load("[store]\nmin_free_disk = 0").store().min_free_disk, 0);
 }
+
+#[test]
+fn memory_limits_are_read_with_units_and_minus_one() {
+    use crate::core::memory::{default_global_max_size, AddressFullPolicy};
+    let c = load(
+        "[broker]\nglobal_max_size = \"512MiB\"\n\
+         [queue_defaults]\nmax_size_bytes = \"1MiB\"\naddress_full_policy = \"BLOCK\"\n\
+         [address_settings.\"free.#\"]\nmax_size_bytes = -1\naddress_full_policy = \"DROP\"",
+    );
+    assert_eq!(c.broker().global_max_size, 512 << 20);
+    let table = c.settings_table();
+    let q = table.resolve("q");
+    assert_eq!(q.max_size_bytes, Some(1 << 20));
+    assert_eq!(q.address_full_policy, AddressFullPolicy::Block);
+    let free = table.resolve("free.x");
+    assert_eq!(free.max_size_bytes, None);
+    assert_eq!(free.address_full_policy, AddressFullPolicy::Drop);
+    assert_eq!(
+        load("[broker]\nglobal_max_size = -1")
+            .broker()
+            .global_max_size,
+        default_global_max_size()
+    );
+    let default = load("");
+    assert_eq!(default.broker().global_max_size, default_global_max_size());
+    let q = default.settings_table().resolve("q");
+    assert_eq!(
+        (q.max_size_bytes, q.address_full_policy),
+        (None, AddressFullPolicy::Page)
+    );
+    for (text, want) in [
+        (
+            "[broker]\nglobal_max_size = 0",
+            "config: broker.global_max_size: must be between 1 and",
+        ),
+        (
+            "[queue_defaults]\nmax_size_bytes = \"lots\"",
+            "config: queue_defaults.max_size_bytes:",
+        ),
+        (
+            "[queue_defaults]\naddress_full_policy = \"SPILL\"",
+            "address_full_policy",
+        ),
+    ] {
+        let Err(err) = Config::from_toml_str(text) else {
+            panic!("{text}: accepted");
+        };
+        let err = err.to_string();
+        assert!(err.contains(want), "{text}: {err}");
+    }
+}

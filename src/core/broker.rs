@@ -6,6 +6,7 @@ use super::delay_headers::{self, DelayHeaderNames};
 use super::error::CoreError;
 use super::factory::ConnectionFactory;
 use super::fast_map::{FastDashMap, FastMap};
+use super::memory::{AddressFullPolicy, Budget};
 use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
@@ -16,7 +17,7 @@ use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
 /// How an address distributes messages.
@@ -34,6 +35,9 @@ pub struct BrokerOptions {
     /// Queues that exist from the start, with their own settings.
     pub declared: Vec<(String, QueueSettings)>,
     pub factories: Vec<ConnectionFactory>,
+    /// Bytes all queues' messages may hold in memory (Artemis's
+    /// `global-max-size`); `None` counts without limiting.
+    pub global_max_size: Option<u64>,
 }
 
 impl BrokerOptions {
@@ -45,6 +49,7 @@ impl BrokerOptions {
             auth: Authenticator::open(),
             declared: Vec::new(),
             factories: Vec::new(),
+            global_max_size: None,
         }
     }
 }
@@ -83,6 +88,11 @@ struct Inner {
     next_queue_id: AtomicU32,
     next_consumer_id: AtomicU64,
     scheduler: RwLock<Option<Arc<dyn DelayedDelivery>>>,
+    /// The broker-wide memory budget every queue charges besides its own.
+    memory: Arc<Budget>,
+    /// Whether any queue was created with the BLOCK policy: until one is,
+    /// protocols need not look for blocking subscribers of a topic.
+    has_block_queues: AtomicBool,
     me: Weak<Inner>,
 }
 
@@ -144,6 +154,8 @@ impl Broker {
             next_queue_id: AtomicU32::new(1),
             next_consumer_id: AtomicU64::new(1),
             scheduler: RwLock::new(None),
+            memory: Arc::new(Budget::new(options.global_max_size)),
+            has_block_queues: AtomicBool::new(false),
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -229,6 +241,9 @@ impl Broker {
     }
 
     fn new_queue(&self, name: Arc<str>, id: u32, settings: QueueSettings) -> Arc<Queue> {
+        if settings.address_full_policy == AddressFullPolicy::Block {
+            self.inner.has_block_queues.store(true, Ordering::Relaxed);
+        }
         let diverter: Weak<dyn Diverter> = self.inner.me.clone();
         Arc::new(Queue::new(
             name,
@@ -236,7 +251,13 @@ impl Broker {
             settings,
             self.inner.store.clone(),
             diverter,
+            self.inner.memory.clone(),
         ))
+    }
+
+    /// The broker-wide memory budget (`global_max_size`).
+    pub fn memory(&self) -> &Arc<Budget> {
+        &self.inner.memory
     }
 
     /// Routes a message. The receipt resolves when every durable copy is on disk.
@@ -256,6 +277,7 @@ impl Broker {
                 let mut message = message;
                 let settings = self.settings_for(&message.address);
                 self.resolve_delay(&mut message, &settings)?;
+                self.refuse_when_a_subscriber_fails(&message.address)?;
                 Ok(self.fan_out(message))
             }
         }
@@ -271,9 +293,48 @@ impl Broker {
         let shared = Arc::new(message);
         let mut last = Receipt::ready();
         for queue in &subscribers {
+            if queue.memory().is_full() && queue.memory().policy() == AddressFullPolicy::Drop {
+                drop_one(queue);
+                continue;
+            }
             last = self.enqueue(queue, shared.clone(), 0);
         }
         last
+    }
+
+    /// A topic send is refused whole when one of its subscriber queues is a
+    /// full FAIL queue (Artemis fails the send to the address).
+    fn refuse_when_a_subscriber_fails(&self, topic: &str) -> Result<(), CoreError> {
+        let Some(topic) = self.inner.topics.get(topic).map(|t| t.clone()) else {
+            return Ok(());
+        };
+        let subscribers = topic.subscribers.read();
+        match subscribers
+            .queues
+            .iter()
+            .find(|q| q.memory().is_full() && q.memory().policy() == AddressFullPolicy::Fail)
+        {
+            Some(queue) => Err(address_full(queue)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether some queue may block its producers (one has the BLOCK policy).
+    #[inline]
+    pub fn may_block_producers(&self) -> bool {
+        self.inner.has_block_queues.load(Ordering::Relaxed)
+    }
+
+    /// A subscriber queue of `topic` whose producers must stop (see
+    /// [`Queue::blocks_producers`]), for a protocol that sent to the topic.
+    pub fn blocking_subscriber(&self, topic: &str) -> Option<Arc<Queue>> {
+        let topic = self.inner.topics.get(topic).map(|t| t.clone())?;
+        let subscribers = topic.subscribers.read();
+        subscribers
+            .queues
+            .iter()
+            .find(|q| q.blocks_producers())
+            .cloned()
     }
 
     /// Sends straight to a known queue (anonymous relay, internal moves).
@@ -283,6 +344,9 @@ impl Broker {
         mut message: Message,
     ) -> Result<Receipt, CoreError> {
         self.refuse_on_full_disk(&message)?;
+        if !admit(queue)? {
+            return Ok(Receipt::ready());
+        }
         // In place: a message is a few hundred bytes, moved on every hand-over.
         self.resolve_delay(&mut message, queue.settings())?;
         Ok(self.enqueue(queue, Arc::new(message), 0))
@@ -311,6 +375,17 @@ impl Broker {
             if let Err(e) = self.refuse_on_full_disk(&message) {
                 results.push(Err(e));
                 continue;
+            }
+            match admit(queue) {
+                Ok(true) => {}
+                Ok(false) => {
+                    results.push(Ok(Receipt::ready()));
+                    continue;
+                }
+                Err(e) => {
+                    results.push(Err(e));
+                    continue;
+                }
             }
             let settings = queue.settings();
             if message.due_at.is_some()
@@ -760,5 +835,44 @@ impl Drop for Subscription {
                 }
             }
         }
+    }
+}
+
+/// Whether a new message may go into `queue` as far as memory goes: `false`
+/// when a full DROP queue discards it, an error when a full FAIL queue
+/// refuses it. PAGE and BLOCK queues take it (the queue pages it; BLOCK
+/// also stops its producers, see [`Queue::blocks_producers`]). Two atomic
+/// loads while nothing is full.
+#[inline]
+fn admit(queue: &Queue) -> Result<bool, CoreError> {
+    let memory = queue.memory();
+    if !memory.is_full() {
+        return Ok(true);
+    }
+    match memory.policy() {
+        AddressFullPolicy::Page | AddressFullPolicy::Block => Ok(true),
+        AddressFullPolicy::Fail => Err(address_full(queue)),
+        AddressFullPolicy::Drop => {
+            drop_one(queue);
+            Ok(false)
+        }
+    }
+}
+
+fn drop_one(queue: &Queue) {
+    let dropped = queue.memory().dropped_one();
+    tracing::debug!(queue = %queue.name(), dropped, "queue full (address_full_policy DROP): message dropped");
+}
+
+fn address_full(queue: &Queue) -> CoreError {
+    let memory = queue.memory();
+    let (setting, limit) = match memory.own_limit_reached() {
+        Some(limit) => ("max_size_bytes", limit),
+        None => ("global_max_size", memory.global_limit().unwrap_or(0)),
+    };
+    CoreError::AddressFull {
+        queue: queue.name().to_string(),
+        setting,
+        limit,
     }
 }

@@ -25,6 +25,16 @@ pub enum CoreError {
     Store(Arc<StoreError>),
     #[error("broker is shutting down")]
     ShuttingDown,
+    /// A FAIL queue's memory limit, or the broker's, is reached.
+    #[error(
+        "queue '{queue}' is full: {setting} of {limit} bytes reached (address_full_policy FAIL)"
+    )]
+    AddressFull {
+        queue: String,
+        /// `max_size_bytes` or `global_max_size`.
+        setting: &'static str,
+        limit: u64,
+    },
 }
 
 impl CoreError {

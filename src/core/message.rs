@@ -130,11 +130,7 @@ impl Message {
             Some(wire) if subslice_offset(wire, &self.body).is_some() => 0,
             _ => self.body.len(),
         };
-        let properties = if self.properties.is_encoded() {
-            0
-        } else {
-            self.properties.count() * 48
-        };
+        let properties = self.properties.memory_size();
         std::mem::size_of::<Self>() + wire.map_or(0, Bytes::len) + body + properties
     }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod factory;
 pub(crate) mod fast_map;
 pub mod grouping;
+pub mod memory;
 pub mod message;
 pub mod names;
 pub mod persist;

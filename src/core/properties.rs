@@ -65,6 +65,25 @@ impl Properties {
         }
     }
 
+    /// The bytes a decoded list holds: each name and value plus a pair's
+    /// fixed size. Encoded properties are a slice of the message's wire form
+    /// and hold nothing of their own until decoded.
+    pub fn memory_size(&self) -> usize {
+        const PAIR: usize = std::mem::size_of::<Property>();
+        let value_size = |v: &Value| match v {
+            Value::String(s) => s.len(),
+            Value::Binary(b) => b.len(),
+            _ => 0,
+        };
+        let list = match &self.0 {
+            Repr::List(list) => list.as_slice(),
+            Repr::Encoded(e) => e.decoded.get().map_or(&[][..], Vec::as_slice),
+        };
+        list.iter()
+            .map(|(name, value)| PAIR + name.len() + value_size(value))
+            .sum()
+    }
+
     /// Whether they are still waiting to be decoded.
     pub fn is_encoded(&self) -> bool {
         matches!(&self.0, Repr::Encoded(e) if e.decoded.get().is_none())

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::delay_headers::DelayHeader;
+use super::memory::AddressFullPolicy;
 
 /// What to do with a per-message delay above `max_message_delay`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -28,6 +29,11 @@ pub struct QueueSettings {
     pub expiry_address: Option<String>,
     /// Messages held in memory before new ones are paged to disk.
     pub max_memory_messages: usize,
+    /// Bytes the queue's messages may hold in memory (Artemis's
+    /// `max-size-bytes`); `None`: only the broker-wide limit applies.
+    pub max_size_bytes: Option<u64>,
+    /// What a new message meets while this queue's limit or the broker's is reached.
+    pub address_full_policy: AddressFullPolicy,
     /// Unacknowledged deliveries per consumer unless the consumer asks for another window.
     pub default_prefetch: u32,
     /// Zaqar's `_default_message_delay`; zero makes this a normal queue.
@@ -63,6 +69,8 @@ impl Default for QueueSettings {
             dead_letter_address: Some("DLQ".to_owned()),
             expiry_address: None,
             max_memory_messages: 10_000,
+            max_size_bytes: None,
+            address_full_policy: AddressFullPolicy::Page,
             default_prefetch: 1_000,
             default_message_delay: Duration::ZERO,
             max_message_delay: Duration::from_secs(900),
@@ -91,6 +99,8 @@ pub struct QueueSettingsOverride {
     pub dead_letter_address: Option<Option<String>>,
     pub expiry_address: Option<Option<String>>,
     pub max_memory_messages: Option<usize>,
+    pub max_size_bytes: Option<Option<u64>>,
+    pub address_full_policy: Option<AddressFullPolicy>,
     pub default_prefetch: Option<u32>,
     pub default_message_delay: Option<Duration>,
     pub max_message_delay: Option<Duration>,
@@ -125,6 +135,8 @@ impl QueueSettingsOverride {
             dead_letter_address,
             expiry_address,
             max_memory_messages,
+            max_size_bytes,
+            address_full_policy,
             default_prefetch,
             default_message_delay,
             max_message_delay,

@@ -216,7 +216,12 @@ where
                     io.read_size.idle(io.framed.read_buffer_mut());
                 }
                 if let Some(limit) = timing.expect_within {
-                    if io.last_read.elapsed() > limit {
+                    if !conn.reading() {
+                        // The peer's frames and heart-beats wait in the socket while the
+                        // protocol holds it back (a producer blocked by a full queue):
+                        // that silence is ours, not the peer's.
+                        io.last_read = Instant::now();
+                    } else if io.last_read.elapsed() > limit {
                         return Ending::Silent;
                     }
                 }

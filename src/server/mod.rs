@@ -94,6 +94,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
             settings: config.settings_table(),
             auth,
             declared: config.declared_queues(),
+            global_max_size: Some(config.broker().global_max_size),
             factories: config
                 .connection_factories()
                 .iter()

@@ -160,6 +160,19 @@ impl BrokerProcess {
         Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port))
     }
 
+    /// The broker's resident memory, from /proc (Linux).
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("read /proc status");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS");
+        kib * 1024
+    }
+
     pub fn client(&self) -> Stomp {
         Stomp::connect(self.stomp, &[])
     }

@@ -35,6 +35,7 @@ use self::redelivery::Waiting;
 use super::consumer::{ConsumerId, ConsumerOptions, CreditMode, DeliverySink};
 use super::fast_map::FastMap;
 use super::grouping::GroupTable;
+use super::memory::{Budget, QueueMemory};
 use super::message::Message;
 use super::persist;
 use super::settings::QueueSettings;
@@ -63,6 +64,10 @@ pub struct QueueStats {
     pub paged: usize,
     /// Returned messages waiting out their redelivery delay.
     pub waiting: usize,
+    /// Bytes the queue's messages hold in memory (see [`super::memory`]).
+    pub memory_bytes: u64,
+    /// Messages discarded by the DROP policy.
+    pub dropped: u64,
     pub consumers: usize,
     pub groups: usize,
     /// Sends whose completion waits for the queue to drain (flow control).
@@ -134,6 +139,7 @@ pub struct Queue {
     settings: QueueSettings,
     store: Store,
     diverter: Weak<dyn Diverter>,
+    memory: Arc<QueueMemory>,
     /// Set (under the state lock) when the broker deletes the queue; read
     /// without it by senders that hold on to the queue between messages.
     deleted: AtomicBool,
@@ -160,14 +166,21 @@ impl Queue {
         settings: QueueSettings,
         store: Store,
         diverter: Weak<dyn Diverter>,
+        global_memory: Arc<Budget>,
     ) -> Self {
         let groups = GroupTable::new(settings.group_buckets);
+        let memory = Arc::new(QueueMemory::new(
+            settings.max_size_bytes,
+            settings.address_full_policy,
+            global_memory,
+        ));
         Self {
             name,
             id,
             settings,
             store,
             diverter,
+            memory,
             deleted: AtomicBool::new(false),
             state: StateLock(std::sync::Mutex::new(State {
                 next_seq: 1,
@@ -205,6 +218,30 @@ impl Queue {
         &self.settings
     }
 
+    /// The queue's memory account: its bytes, its limits and its policy.
+    pub fn memory(&self) -> &Arc<QueueMemory> {
+        &self.memory
+    }
+
+    /// Whether this queue's producers must stop: its policy is BLOCK and its
+    /// memory limit or the broker's is reached. A protocol asks after a send
+    /// and, while it holds, reads no more sends for the queue (or grants no
+    /// more credit for it) until [`Queue::producers_may_go`] resolves. Two
+    /// atomic loads at most.
+    #[inline]
+    pub fn blocks_producers(&self) -> bool {
+        self.memory.blocks_producers()
+    }
+
+    /// Resolves once the queue's producers may send again: both limits are
+    /// back under their low marks (90%), or the queue was deleted.
+    pub async fn producers_may_go(&self) {
+        if self.is_deleted() {
+            return;
+        }
+        self.memory.has_room().await
+    }
+
     pub fn stats(&self) -> QueueStats {
         let st = self.state.lock();
         QueueStats {
@@ -212,6 +249,8 @@ impl Queue {
             in_flight: st.in_flight.len(),
             paged: st.backlog.len(),
             waiting: st.waiting.len(),
+            memory_bytes: self.memory.used(),
+            dropped: self.memory.dropped(),
             consumers: st.consumers.len(),
             groups: st.groups.len(),
             held_sends: st.flow.len(),
@@ -358,7 +397,8 @@ impl Queue {
                         .group_id
                         .as_ref()
                         .and_then(|g| st.groups.lane_of(g));
-                    st.ready.push(Entry::stored(seq, stored, lane), None);
+                    let entry = Entry::stored(seq, stored, lane, &self.memory);
+                    st.ready.push(entry, None);
                 }
                 Err(e) => {
                     tracing::error!(queue = %self.name, seq, error = %e, "skipping unreadable stored message")
@@ -526,6 +566,16 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
         }
         self.finish(after);
+    }
+}
+
+/// [`Queue::producers_may_go`] of the queue a connection's producers wait
+/// for; never resolves while they wait for none, so a protocol's event loop
+/// can always await it beside its other work.
+pub async fn producers_may_go(blocked_by: &Option<Arc<Queue>>) {
+    match blocked_by {
+        Some(queue) => queue.producers_may_go().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -8,13 +8,14 @@
 use super::priority_fifo::PriorityFifo;
 use crate::core::consumer::{ConsumerId, MessageFilter};
 use crate::core::fast_map::FastMap;
+use crate::core::memory::{Charge, QueueMemory};
 use crate::core::message::Message;
 use crate::core::persist::StoredMessage;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
 /// A message waiting in a queue.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Entry {
     pub seq: u64,
     pub message: Arc<Message>,
@@ -27,14 +28,23 @@ pub struct Entry {
     /// A consumer that declared it cannot take this message (AMQP
     /// undeliverable-here); it goes to any other.
     pub avoid: Option<ConsumerId>,
+    /// Its bytes, charged to the queue's memory budget while the entry lives.
+    pub charge: Charge,
 }
 
 impl Entry {
     /// A message read back from the store (paged, or found at start): it has
     /// a record, so settling it deletes one.
-    pub fn stored(seq: u64, stored: StoredMessage, lane: Option<Arc<str>>) -> Self {
+    pub fn stored(
+        seq: u64,
+        stored: StoredMessage,
+        lane: Option<Arc<str>>,
+        memory: &Arc<QueueMemory>,
+    ) -> Self {
+        let charge = memory.charge(&stored.message);
         Entry {
             seq,
+            charge,
             message: Arc::new(stored.message),
             delivery_count: stored.delivery_count,
             persisted: true,
@@ -53,6 +63,7 @@ impl Entry {
             persisted: false,
             lane: None,
             avoid: None,
+            charge: Charge::none(),
         }
     }
 }
@@ -379,6 +390,7 @@ mod tests {
             persisted: false,
             lane: lane.map(Arc::from),
             avoid: None,
+            charge: Charge::none(),
         }
     }
 

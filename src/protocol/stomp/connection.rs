@@ -10,7 +10,7 @@ use super::session::{one_line, receipt_frame, AckMode, Session, SessionError};
 use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
-use crate::core::queue::PendingAcks;
+use crate::core::queue::{producers_may_go, PendingAcks};
 use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::driver::{self, ClientFaults, Connection, Ending, Io, ReadItem, Timing};
@@ -168,6 +168,14 @@ async fn run<S>(
     session.transactions.rollback_all();
     // Dropping the subscriptions returns unacknowledged messages to their queues.
     crate::protocol::fairness::release_in_chunks(session.subs.drain().map(|(_, sub)| sub)).await;
+}
+
+/// What a STOMP connection waits for besides its socket and deliveries.
+enum Waited {
+    /// A receipt (if one was asked for) whose disk write is done, or failed.
+    Receipt((Option<String>, Result<(), CoreError>)),
+    /// The queue that blocked this connection's producer lets it go.
+    ProducersMayGo,
 }
 
 /// A STOMP session as the connection driver runs it.
@@ -403,10 +411,14 @@ where
 {
     type Codec = StompCodec;
     type Stop = Stop;
-    type Waited = (Option<String>, Result<(), CoreError>);
+    type Waited = Waited;
 
+    /// Not while too many receipts wait for the disk, nor while a queue this
+    /// connection sent to blocks its producers (the SEND that hit the limit
+    /// was the last frame read).
     fn reading(&self) -> bool {
         self.session.receipts.len() < self.session.options.max_pending_receipts
+            && self.session.blocked_by.is_none()
     }
 
     /// Every frame but DISCONNECT, which waits for the disk: see
@@ -499,22 +511,33 @@ where
     }
 
     fn waiting(&self) -> bool {
-        !self.session.receipts.is_empty()
+        !self.session.receipts.is_empty() || self.session.blocked_by.is_some()
     }
 
     async fn wait(&mut self) -> Self::Waited {
-        match self.session.receipts.next().await {
-            Some(done) => done,
-            // Not polled while empty (see `waiting`).
-            None => std::future::pending().await,
+        let session = &mut self.session;
+        tokio::select! {
+            Some(done) = session.receipts.next(), if !session.receipts.is_empty() => {
+                Waited::Receipt(done)
+            }
+            () = producers_may_go(&session.blocked_by), if session.blocked_by.is_some() => {
+                Waited::ProducersMayGo
+            }
+            // Not polled while neither (see `waiting`).
+            else => std::future::pending().await,
         }
     }
 
-    async fn waited(
-        &mut self,
-        io: &mut Io<S, StompCodec>,
-        (receipt, result): Self::Waited,
-    ) -> Result<(), Stop> {
+    async fn waited(&mut self, io: &mut Io<S, StompCodec>, waited: Waited) -> Result<(), Stop> {
+        let (receipt, result) = match waited {
+            Waited::Receipt(done) => done,
+            Waited::ProducersMayGo => {
+                self.session.blocked_by = None;
+                // Its heart-beats waited in the socket meanwhile.
+                io.last_read = Instant::now();
+                return Ok(());
+            }
+        };
         match result {
             Ok(()) => {
                 if let Some(id) = receipt {

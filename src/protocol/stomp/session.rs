@@ -117,6 +117,10 @@ pub(super) struct Session {
     /// Auto-mode acks waiting for a free queue; applied with the next batch
     /// or when the session is idle.
     pub(super) pending_acks: PendingAcks,
+    /// A queue this connection sent to whose producers must wait (BLOCK
+    /// policy, memory limit reached): nothing more is read until it lets
+    /// them go. Deliveries and receipts still go out.
+    pub(super) blocked_by: Option<Arc<crate::core::queue::Queue>>,
 }
 
 impl Session {
@@ -144,6 +148,7 @@ impl Session {
             version: Version::V1_0,
             producer: ProducerGroup::default(),
             pending_acks: PendingAcks::default(),
+            blocked_by: None,
         }
     }
 
@@ -235,8 +240,20 @@ impl Session {
                     None => self.broker.publish(message, dest.routing)?,
                 }
             }
-            RoutingType::Multicast => self.broker.publish(message, dest.routing)?,
+            RoutingType::Multicast => {
+                let topic = message.address.clone();
+                let receipt = self.broker.publish(message, dest.routing)?;
+                if self.broker.may_block_producers() {
+                    self.blocked_by = self.broker.blocking_subscriber(&topic);
+                }
+                receipt
+            }
         };
+        if let Some(queue) = self.sending_to.as_ref().filter(|q| q.blocks_producers()) {
+            if dest.routing == RoutingType::Anycast {
+                self.blocked_by = Some(queue.clone());
+            }
+        }
         self.receipt_after(receipt, completion);
         Ok(())
     }

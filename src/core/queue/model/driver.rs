@@ -48,6 +48,7 @@ const MAX_ROUNDS: u32 = 2_000;
 pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
     QueueSettings {
         max_memory_messages: case.max_memory_messages,
+        max_size_bytes: case.max_size_bytes,
         exclusive: case.exclusive,
         consumers_before_dispatch: case.consumers_before_dispatch,
         delay_before_dispatch: case.delay_before_dispatch,

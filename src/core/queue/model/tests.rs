@@ -159,6 +159,7 @@ proptest! {
 fn plain() -> CaseSettings {
     CaseSettings {
         max_memory_messages: 10_000,
+        max_size_bytes: None,
         exclusive: false,
         consumers_before_dispatch: 0,
         delay_before_dispatch: None,

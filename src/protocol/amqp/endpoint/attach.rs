@@ -207,12 +207,20 @@ pub fn receiver(env: &Env, a: &Attach) -> Result<(ReceiverLink, Attach), AmqpErr
         .as_ref()
         .map(|f| f.new_producer())
         .unwrap_or_default();
+    // A producer attaching to a queue that blocks its producers starts
+    // without credit, and gets it when the queue lets producers go.
+    let withheld = route.blocking_queue(&env.broker);
     let link = ReceiverLink {
         route,
         producer,
-        credit: env.link_credit,
+        credit: if withheld.is_some() {
+            0
+        } else {
+            env.link_credit
+        },
         delivery_count: a.initial_delivery_count.unwrap_or(0),
         partial: None,
+        withheld,
     };
     Ok((link, reply))
 }

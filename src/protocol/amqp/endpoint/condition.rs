@@ -17,6 +17,7 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::Store(_) if e.is_disk_full() => condition::RESOURCE_LIMIT_EXCEEDED,
         CoreError::Store(_) => condition::INTERNAL_ERROR,
         CoreError::ShuttingDown => condition::RESOURCE_DELETED,
+        CoreError::AddressFull { .. } => condition::RESOURCE_LIMIT_EXCEEDED,
     }
 }
 

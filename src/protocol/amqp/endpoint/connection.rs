@@ -24,7 +24,7 @@ use crate::core::consumer::Delivery;
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
-use crate::core::queue::PendingAcks;
+use crate::core::queue::{producers_may_go, PendingAcks, Queue};
 use crate::core::{Broker, CoreError};
 use crate::protocol::admission::Ticket;
 use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
@@ -36,6 +36,7 @@ use crate::protocol::driver::{self, ClientFaults, Ending, Io, ReadItem, Timing};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::broadcast;
@@ -157,6 +158,7 @@ async fn run<S>(
         opened: false,
         remote_idle: None,
         faults: ClientFaults::default(),
+        withheld_by: None,
     };
     let opened = tokio::select! {
         result = conn.open(&mut io, peer, user.as_deref()) => result,
@@ -218,6 +220,10 @@ struct Connection {
     /// Send something at least this often.
     remote_idle: Option<Duration>,
     faults: ClientFaults,
+    /// A queue that blocks producers on one of this connection's links: while
+    /// it does, those links get no credit (see `Session::regrant`); every
+    /// other link, and every consumer, goes on.
+    withheld_by: Option<Arc<Queue>>,
 }
 
 impl Connection {
@@ -649,6 +655,8 @@ enum Waited {
     Written(Result<(), CoreError>),
     /// A transfer's disk write or transaction is done.
     Settled(Settled),
+    /// The queue that withheld credit from this connection's producers lets them go.
+    ProducersMayGo,
 }
 
 impl<S> driver::Connection<S> for Connection
@@ -708,7 +716,9 @@ where
     }
 
     fn waiting(&self) -> bool {
-        !self.waits.written.is_empty() || !self.waits.waiting.is_empty()
+        !self.waits.written.is_empty()
+            || !self.waits.waiting.is_empty()
+            || self.withheld_by.is_some()
     }
 
     async fn wait(&mut self) -> Waited {
@@ -720,7 +730,10 @@ where
             Some(settled) = waits.waiting.next(), if !waits.waiting.is_empty() => {
                 Waited::Settled(settled)
             }
-            // Not polled while both are empty (see `waiting`).
+            () = producers_may_go(&self.withheld_by), if self.withheld_by.is_some() => {
+                Waited::ProducersMayGo
+            }
+            // Not polled while there is nothing to wait for (see `waiting`).
             else => std::future::pending().await,
         }
     }
@@ -752,6 +765,12 @@ where
                     }
                 }
             }
+            Waited::ProducersMayGo => {
+                self.withheld_by = None;
+                for session in self.sessions.values_mut() {
+                    session.regrant(&self.env.broker, &mut self.out, self.env.link_credit);
+                }
+            }
         }
         Ok(())
     }
@@ -773,9 +792,14 @@ where
     }
 
     /// Pre-settled deliveries count as consumed once written: one ack for the batch.
+    /// A link whose credit was withheld in this wake-up makes the connection wait for
+    /// its queue to let producers go.
     fn end_wake(&mut self) {
         if !self.pending_acks.is_empty() {
             self.pending_acks.try_apply();
+        }
+        if self.withheld_by.is_none() {
+            self.withheld_by = self.sessions.values().find_map(Session::withheld_queue);
         }
     }
 }

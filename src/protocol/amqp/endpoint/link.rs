@@ -190,6 +190,22 @@ pub enum Route {
     Coordinator,
 }
 
+impl Route {
+    /// A queue this route sends to whose producers must wait now (see
+    /// [`Queue::blocks_producers`]). The anonymous relay's messages go
+    /// anywhere: it is never held back as a whole.
+    pub fn blocking_queue(&self, broker: &Broker) -> Option<Arc<Queue>> {
+        match self {
+            Route::Queue { queue, .. } => queue.blocks_producers().then(|| queue.clone()),
+            Route::Temporary(t) => t.queue().blocks_producers().then(|| t.queue().clone()),
+            Route::Topic { name } if broker.may_block_producers() => {
+                broker.blocking_subscriber(name)
+            }
+            Route::Topic { .. } | Route::Anonymous | Route::Coordinator => None,
+        }
+    }
+}
+
 /// A message's address and where it goes, the queue lent by the link.
 pub type RouteDest<'a> = (Arc<str>, Dest<&'a Arc<Queue>>);
 
@@ -227,6 +243,9 @@ pub struct ReceiverLink {
     pub credit: u32,
     pub delivery_count: u32,
     pub partial: Option<Partial>,
+    /// The queue whose producers must wait (BLOCK policy, memory limit
+    /// reached): no credit is granted until it lets them go.
+    pub withheld: Option<Arc<Queue>>,
 }
 
 impl ReceiverLink {

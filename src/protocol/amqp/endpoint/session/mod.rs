@@ -19,6 +19,7 @@ use super::send_batch::SendBatch;
 use crate::core::consumer::ConsumerId;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::{PendingAcks, Queue};
+use crate::core::Broker;
 use crate::protocol::amqp::wire::definitions::{AmqpError, Role};
 use crate::protocol::amqp::wire::error::condition;
 use crate::protocol::amqp::wire::performatives::{Attach, Begin, Detach, End, Flow};
@@ -67,6 +68,8 @@ pub struct Session {
     detaching: HashSet<u32>,
     /// Messages received for one queue, not yet published (see [`SendBatch`]).
     sends: SendBatch,
+    /// Some receiving link has its credit withheld (see `ReceiverLink::withheld`).
+    withholding: bool,
 }
 
 impl Session {
@@ -86,6 +89,7 @@ impl Session {
             ending: false,
             detaching: HashSet::new(),
             sends: SendBatch::default(),
+            withholding: false,
         };
         out.frame(
             channel,
@@ -178,6 +182,7 @@ impl Session {
             Role::Sender => match attach::receiver(env, &a) {
                 Ok((link, reply)) => {
                     out.frame(self.channel, reply);
+                    self.withholding |= link.withheld.is_some();
                     self.receivers.insert(a.handle, link);
                     self.send_link_flow(out, a.handle);
                 }
@@ -320,6 +325,41 @@ impl Session {
             next_outgoing_id: self.next_outgoing_id,
             outgoing_window: u32::MAX,
             ..Flow::default()
+        }
+    }
+
+    /// A queue that holds back the credit of one of this session's
+    /// receiving links: the connection waits for it to let producers go.
+    pub fn withheld_queue(&self) -> Option<Arc<Queue>> {
+        if !self.withholding {
+            return None;
+        }
+        self.receivers.values().find_map(|l| l.withheld.clone())
+    }
+
+    /// Grants credit again to the links whose queue lets producers go now.
+    pub fn regrant(&mut self, broker: &Broker, out: &mut Outgoing, window: u32) {
+        if !self.withholding {
+            return;
+        }
+        let mut still = false;
+        let mut granted = Vec::new();
+        for (&handle, link) in self.receivers.iter_mut() {
+            if link.withheld.is_none() {
+                continue;
+            }
+            link.withheld = link.route.blocking_queue(broker);
+            match link.withheld {
+                Some(_) => still = true,
+                None => {
+                    link.credit = window;
+                    granted.push(handle);
+                }
+            }
+        }
+        self.withholding = still;
+        for handle in granted {
+            self.send_link_flow(out, handle);
         }
     }
 

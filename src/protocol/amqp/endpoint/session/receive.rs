@@ -185,17 +185,27 @@ impl Session {
             let why = why.map(|d| d.as_str().to_owned()).unwrap_or_default();
             refuse_in(txns, arrived.txn.as_ref(), why);
         }
-        self.refill(out, env.link_credit, arrived.handle);
+        self.refill(&env.broker, out, env.link_credit, arrived.handle);
         let Some(state) = outcome else { return };
         if !arrived.settled {
             self.disposition_out(out, arrived.delivery_id, state);
         }
     }
 
-    /// Grants the peer's sender more credit when it runs low.
-    fn refill(&mut self, out: &mut Outgoing, window: u32, handle: u32) {
+    /// Grants the peer's sender more credit when it runs low, unless its
+    /// queue blocks producers: then the credit is withheld until the queue
+    /// lets them go (see `Session::regrant`).
+    fn refill(&mut self, broker: &Broker, out: &mut Outgoing, window: u32, handle: u32) {
         if let Some(link) = self.receivers.get_mut(&handle) {
+            if link.withheld.is_some() {
+                return;
+            }
             if link.needs_credit(window) {
+                if let Some(queue) = link.route.blocking_queue(broker) {
+                    link.withheld = Some(queue);
+                    self.withholding = true;
+                    return;
+                }
                 link.credit = window;
                 self.send_link_flow(out, handle);
             }

@@ -1,0 +1,466 @@
+//! Memory limits in bytes, with Artemis's names and meaning: a broker-wide
+//! `global_max_size` and a per-queue `max_size_bytes`, each a [`Budget`] of
+//! the bytes the queues' messages hold in memory.
+//!
+//! Every message a queue holds in memory (ready, in flight, waiting out a
+//! redelivery delay) carries a [`Charge`] of its [`footprint`] against its
+//! queue's budget and the broker's; dropping the message's entry gives the
+//! bytes back, wherever in the queue that happens. Charging and giving back
+//! are a few atomic additions: no lock, nothing per message beyond that.
+//!
+//! A budget turns full when its bytes reach the limit and stays full until
+//! they fall below the low mark (90% of it), so producers blocked by a full
+//! budget are let go once, with room to send, not at every message.
+
+use super::message::Message;
+use crate::store::MessageRecord;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// What a queue does with a new message while its budget, or the broker's,
+/// is full (Artemis's `address-full-policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressFullPolicy {
+    /// Write new messages to disk, in order, and read them back as consumers
+    /// take them (the default).
+    #[default]
+    Page,
+    /// Keep accepting what arrives but stop the producers: protocols stop
+    /// reading their sends (STOMP) or granting them credit (AMQP).
+    Block,
+    /// Refuse the send with [`CoreError::AddressFull`](super::CoreError::AddressFull).
+    Fail,
+    /// Accept and discard the message, counting it.
+    Drop,
+}
+
+impl AddressFullPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            AddressFullPolicy::Page => "PAGE",
+            AddressFullPolicy::Block => "BLOCK",
+            AddressFullPolicy::Fail => "FAIL",
+            AddressFullPolicy::Drop => "DROP",
+        }
+    }
+}
+
+/// What a message costs in a queue besides [`Message::weight`]: the queue
+/// entry, the shared pointer's counts and the ready set's node, rounded up
+/// for the allocator.
+const OVERHEAD: u64 = 192;
+
+/// The bytes a message holds in memory: [`Message::weight`] (the message
+/// struct, its body, its original encoding when the protocol kept one, its
+/// decoded properties) plus its string fields and [`OVERHEAD`].
+pub fn footprint(message: &Message) -> u64 {
+    let strings = [
+        &message.message_id,
+        &message.correlation_id,
+        &message.reply_to,
+        &message.content_type,
+        &message.subject,
+        &message.user_id,
+        &message.group_id,
+    ]
+    .into_iter()
+    .map(|s| s.as_ref().map_or(0, |s| s.len()))
+    .sum::<usize>();
+    (message.weight() + strings) as u64 + OVERHEAD
+}
+
+/// A limit on bytes held in memory, shared by every thread that charges it.
+///
+/// *Full* at the limit (new messages meet the queue's policy) until below
+/// 90% of it. Apart from that, messages being paged out stay charged until
+/// written, and are counted as *writing* too: past a write allowance (2.5%
+/// of the limit, at least 1 MiB) every producer waits, whatever the policy,
+/// until the writer is down to half of it. A producer faster than the disk
+/// then waits for the writer instead of queueing its messages in memory on
+/// their way to disk; the wait ends by itself, consumers or not.
+#[derive(Debug)]
+pub struct Budget {
+    /// `u64::MAX` when unlimited.
+    limit: u64,
+    low: u64,
+    write_allowance: u64,
+    used: AtomicU64,
+    writing: AtomicU64,
+    full: AtomicBool,
+    over: AtomicBool,
+    /// Woken when the budget stops being full or over.
+    room: Notify,
+}
+
+impl Budget {
+    /// A budget of `limit` bytes; `None` counts without limiting.
+    pub fn new(limit: Option<u64>) -> Self {
+        let write_allowance = limit.map_or(u64::MAX, |l| (l / 40).max(1 << 20));
+        let limit = limit.unwrap_or(u64::MAX);
+        Budget {
+            limit,
+            low: limit - limit / 10,
+            write_allowance,
+            used: AtomicU64::new(0),
+            writing: AtomicU64::new(0),
+            full: AtomicBool::new(false),
+            over: AtomicBool::new(false),
+            room: Notify::new(),
+        }
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        (self.limit != u64::MAX).then_some(self.limit)
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Reached its limit and not yet back under the low mark.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    /// Messages waiting to be paged out passed the write allowance and are
+    /// not yet down to half of it: producers wait.
+    #[inline]
+    pub fn is_over(&self) -> bool {
+        self.over.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, bytes: u64, paging: bool) {
+        let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        if now >= self.limit {
+            self.set(&self.full, &self.used, self.low);
+        }
+        if paging {
+            let writing = self.writing.fetch_add(bytes, Ordering::SeqCst) + bytes;
+            if writing >= self.write_allowance {
+                self.set(&self.over, &self.writing, self.write_allowance / 2);
+            }
+        }
+    }
+
+    /// Raises `flag`, unless a release that took `count` below `clear_below`
+    /// raced with it.
+    fn set(&self, flag: &AtomicBool, count: &AtomicU64, clear_below: u64) {
+        if flag.load(Ordering::Relaxed) {
+            return;
+        }
+        flag.store(true, Ordering::SeqCst);
+        // A release that went below the mark meanwhile saw the flag still
+        // clear and woke nobody: look again.
+        if count.load(Ordering::SeqCst) < clear_below {
+            self.clear(flag);
+        }
+    }
+
+    fn release(&self, bytes: u64, paging: bool) {
+        if paging {
+            let writing = self.writing.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+            if writing < self.write_allowance / 2 && self.over.load(Ordering::SeqCst) {
+                self.clear(&self.over);
+            }
+        }
+        let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+        if now < self.low && self.full.load(Ordering::SeqCst) {
+            self.clear(&self.full);
+        }
+    }
+
+    fn clear(&self, flag: &AtomicBool) {
+        if flag.swap(false, Ordering::SeqCst) {
+            self.room.notify_waiters();
+        }
+    }
+}
+
+/// One queue's account: its own budget, the broker's, and what it does when
+/// either is full.
+#[derive(Debug)]
+pub struct QueueMemory {
+    own: Budget,
+    global: Arc<Budget>,
+    policy: AddressFullPolicy,
+    dropped: AtomicU64,
+}
+
+impl QueueMemory {
+    pub fn new(
+        max_size_bytes: Option<u64>,
+        policy: AddressFullPolicy,
+        global: Arc<Budget>,
+    ) -> Self {
+        QueueMemory {
+            own: Budget::new(max_size_bytes),
+            global,
+            policy,
+            dropped: AtomicU64::new(0),
+        }
+    }
+
+    /// Unlimited, for a queue outside any broker (tests).
+    pub fn unlimited() -> Self {
+        Self::new(None, AddressFullPolicy::Page, Arc::new(Budget::new(None)))
+    }
+
+    pub fn policy(&self) -> AddressFullPolicy {
+        self.policy
+    }
+
+    /// Bytes this queue's messages hold in memory.
+    pub fn used(&self) -> u64 {
+        self.own.used()
+    }
+
+    /// Whether the queue's budget or the broker's is full: new messages meet
+    /// the queue's policy.
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.own.is_full() || self.global.is_full()
+    }
+
+    /// The queue's own limit, when it is what is full.
+    pub fn own_limit_reached(&self) -> Option<u64> {
+        self.own.limit().filter(|_| self.own.is_full())
+    }
+
+    pub fn global_limit(&self) -> Option<u64> {
+        self.global.limit()
+    }
+
+    /// Whether the queue's bytes, or the broker's, passed half the limit.
+    #[inline]
+    pub fn is_half_full(&self) -> bool {
+        self.own.used() >= self.own.limit / 2 || self.global.used() >= self.global.limit / 2
+    }
+
+    /// Whether the queue has room for about half its budget more: paging in
+    /// ahead of consumers stops there.
+    pub fn has_headroom(&self) -> bool {
+        !self.is_full() && self.own.limit().is_none_or(|l| self.own.used() < l / 2)
+    }
+
+    /// Whether the queue's producers must wait: a BLOCK queue that is full,
+    /// or any queue whose budget (or the broker's) is over its write
+    /// allowance: messages wait to be paged out faster than the disk takes them.
+    #[inline]
+    pub fn blocks_producers(&self) -> bool {
+        (self.policy == AddressFullPolicy::Block && self.is_full())
+            || self.own.is_over()
+            || self.global.is_over()
+    }
+
+    /// Resolves once the queue's producers may go on (see
+    /// [`QueueMemory::blocks_producers`]).
+    pub async fn has_room(&self) {
+        loop {
+            let own = self.own.room.notified();
+            let global = self.global.room.notified();
+            tokio::pin!(own, global);
+            own.as_mut().enable();
+            global.as_mut().enable();
+            if !self.blocks_producers() {
+                return;
+            }
+            tokio::select! {
+                () = own => {}
+                () = global => {}
+            }
+        }
+    }
+
+    /// Counts a message dropped by the DROP policy; returns the count so far.
+    pub fn dropped_one(&self) -> u64 {
+        self.dropped.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Charges `message` to both budgets until the returned charge is dropped.
+    pub fn charge(self: &Arc<Self>, message: &Message) -> Charge {
+        self.charge_as(message, false)
+    }
+
+    fn charge_as(self: &Arc<Self>, message: &Message, paging: bool) -> Charge {
+        let bytes = footprint(message);
+        self.own.charge(bytes, paging);
+        self.global.charge(bytes, paging);
+        Charge {
+            bytes,
+            paging,
+            account: Some(self.clone()),
+        }
+    }
+}
+
+/// A message on its way to disk (paged out), still charged until the store
+/// has written it and drops its record.
+pub struct PagingOut {
+    message: Arc<Message>,
+    _charge: Charge,
+}
+
+impl PagingOut {
+    pub fn new(message: Arc<Message>, memory: &Arc<QueueMemory>) -> Self {
+        let charge = memory.charge_as(&message, true);
+        PagingOut {
+            message,
+            _charge: charge,
+        }
+    }
+}
+
+impl MessageRecord for PagingOut {
+    fn encode_record(&self, delivery_count: u32, out: &mut Vec<u8>) {
+        self.message.encode_record(delivery_count, out)
+    }
+}
+
+/// A message's bytes charged to its queue and the broker; given back when
+/// dropped.
+#[derive(Debug, Default)]
+pub struct Charge {
+    bytes: u64,
+    /// A message being paged out: counted as writing too.
+    paging: bool,
+    account: Option<Arc<QueueMemory>>,
+}
+
+impl Charge {
+    /// Nothing charged (tests' entries).
+    pub fn none() -> Self {
+        Charge::default()
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        if let Some(account) = &self.account {
+            account.own.release(self.bytes, self.paging);
+            account.global.release(self.bytes, self.paging);
+        }
+    }
+}
+
+/// Half the machine's physical memory, Artemis's default for
+/// `global-max-size`; 1 GiB where it cannot be read.
+pub fn default_global_max_size() -> u64 {
+    physical_memory().map_or(1 << 30, |m| m / 2)
+}
+
+fn physical_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_at_the_limit_until_below_the_low_mark() {
+        let global = Arc::new(Budget::new(Some(100_000)));
+        let account = Arc::new(QueueMemory::new(
+            Some(30_000),
+            AddressFullPolicy::Block,
+            global.clone(),
+        ));
+        let message = Message::default();
+        let one = footprint(&message);
+        assert!(one >= OVERHEAD);
+        let mut charges: Vec<Charge> = Vec::new();
+        while !account.is_full() {
+            charges.push(account.charge(&message));
+        }
+        assert!(account.used() >= 30_000 && account.blocks_producers());
+        assert_eq!(global.used(), account.used());
+        charges.pop();
+        assert!(account.is_full(), "still above the low mark");
+        charges.truncate(charges.len() / 2);
+        assert!(!account.is_full());
+        charges.clear();
+        assert_eq!((account.used(), global.used()), (0, 0));
+    }
+
+    #[test]
+    fn the_global_budget_fills_every_queue() {
+        let global = Arc::new(Budget::new(Some(2_000)));
+        let a = Arc::new(QueueMemory::new(
+            None,
+            AddressFullPolicy::Page,
+            global.clone(),
+        ));
+        let b = Arc::new(QueueMemory::new(None, AddressFullPolicy::Fail, global));
+        let mut held = Vec::new();
+        while !a.is_full() {
+            held.push(a.charge(&Message::default()));
+        }
+        assert!(b.is_full());
+        assert!(!a.blocks_producers(), "PAGE never blocks");
+        drop(held);
+        assert!(!b.is_full());
+    }
+
+    #[test]
+    fn every_policy_waits_while_paging_outruns_the_disk() {
+        let global = Arc::new(Budget::new(Some(4 << 20)));
+        let page = Arc::new(QueueMemory::new(
+            None,
+            AddressFullPolicy::Page,
+            global.clone(),
+        ));
+        let mut held = Vec::new();
+        while !global.is_full() {
+            held.push(page.charge(&Message::default()));
+        }
+        assert!(!page.blocks_producers(), "PAGE pages at the limit");
+        held.push(page.charge(&Message::default()));
+        assert!(
+            !page.blocks_producers(),
+            "memory past the limit alone never blocks"
+        );
+        let big = Arc::new(Message {
+            body: bytes::Bytes::from(vec![0u8; 600 << 10]),
+            ..Message::default()
+        });
+        let first = PagingOut::new(big.clone(), &page);
+        assert!(!page.blocks_producers(), "within the write allowance");
+        let second = PagingOut::new(big, &page);
+        assert!(page.blocks_producers(), "past it even PAGE producers wait");
+        drop(second);
+        assert!(page.blocks_producers(), "until half of it is written");
+        drop(first);
+        assert!(!page.blocks_producers());
+    }
+
+    #[tokio::test]
+    async fn waiters_go_once_below_the_low_mark() {
+        let account = Arc::new(QueueMemory::new(
+            Some(1_000),
+            AddressFullPolicy::Block,
+            Arc::new(Budget::new(None)),
+        ));
+        let held = account.charge(&Message::default());
+        let held2 = account.charge(&Message::default());
+        assert!(account.blocks_producers());
+        let waiter = tokio::spawn({
+            let account = account.clone();
+            async move { account.has_room().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop((held, held2));
+        tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+            .await
+            .expect("woken")
+            .expect("joined");
+    }
+}
