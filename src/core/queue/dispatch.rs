@@ -218,9 +218,12 @@ impl Queue {
                 {
                     continue;
                 }
-                if !swept && st.consumers.slot(index).filter.is_some() {
-                    // Its selector may pass over an expired group head that
-                    // nobody takes, and so never meet expiry: drop those.
+                let passes_over = st.consumers.slot(index).filter.is_some()
+                    || looked_past.as_ref().is_some_and(|l| l[index]);
+                if !swept && passes_over {
+                    // Its selector, or a message it declared undeliverable,
+                    // may pass over an expired group head that nobody takes,
+                    // and so never meet expiry: drop those.
                     swept = true;
                     let dropped = st.ready.drop_expired_heads(*now.get_or_insert_with(now_ms));
                     if !dropped.is_empty() {

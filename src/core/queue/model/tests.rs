@@ -716,6 +716,25 @@ fn a_group_head_a_selector_passes_over_expires_without_another_event() {
     holds(&plain(), &ops);
 }
 
+#[test]
+fn a_group_head_its_consumer_refused_expires_without_another_event() {
+    // c1 answers undeliverable-here for G0's head m0 (ttl 40), so it looks
+    // past it and nobody else may take it; m1 of G0 waits behind it. When
+    // m0 expires, nothing else happens, and m1 must still reach c1.
+    let case = CaseSettings {
+        max_memory_messages: 1,
+        ..plain()
+    };
+    let ops = [
+        consumer(3, 0),
+        send_with(Some(0), |s| s.ttl_ms = Some(40)),
+        settle_first(SettleOp::NotHere),
+        send(Some(0)),
+        Op::Advance { ms: 80 },
+    ];
+    holds(&case, &ops);
+}
+
 fn txn(settles: &[(u8, u8, bool)], sends: Vec<Op>, end: TxnEnd) -> Op {
     Op::Txn(TxnOp {
         sends: sends
