@@ -164,10 +164,8 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
     } else {
         Just(10_000usize).boxed()
     };
-    // Paging only: drawing it for `Everything` too changed that family's
-    // fixed-seed cases, and one of the new ones fails without any byte
-    // limit (left to the queue's owners, see the limits report).
-    let max_size_bytes = if family == Family::Paging {
+    // `Everything` too: byte limits with every other feature on.
+    let max_size_bytes = if all || family == Family::Paging {
         prop_oneof![Just(None), (600u64..=4_000).prop_map(Some)].boxed()
     } else {
         Just(None).boxed()
