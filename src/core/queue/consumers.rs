@@ -10,7 +10,7 @@
 
 use super::browse::BrowseCursor;
 use crate::core::consumer::{ConsumerId, CreditMode, DeliverySink, MessageFilter};
-use crate::core::fast_map::FastMap;
+use crate::core::fast_map::{FastMap, FastSet};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -28,6 +28,10 @@ pub struct Slot {
     /// With a filter: ungrouped messages on disk below this sequence were
     /// read and did not match it.
     pub scanned_to: u64,
+    /// With a filter: group heads on disk (sequences of messages that
+    /// cannot expire) it was found not to match, so a consumer starved for
+    /// many passes does not read them again each pass.
+    pub passed_heads: FastSet<u64>,
 }
 
 impl Slot {
@@ -230,6 +234,7 @@ mod tests {
             filter: None,
             browse: None,
             scanned_to: 0,
+            passed_heads: FastSet::default(),
         }
     }
 

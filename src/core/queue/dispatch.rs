@@ -37,7 +37,11 @@ enum Head {
     Matches,
     /// Expired: dropped; the lane has a new head.
     Expired,
-    Other,
+    /// Does not match; `for_good` when it cannot expire either, so it
+    /// will never match (a message and a filter do not change).
+    Other {
+        for_good: bool,
+    },
     Failed,
 }
 
@@ -483,7 +487,9 @@ impl Queue {
 
     /// [`Queue::scan_for`] among groups: the first group on disk (unbound, or
     /// the consumer's own) whose next message, nothing of it being in memory,
-    /// matches the consumer's filter is read in.
+    /// matches the consumer's filter is read in. Heads it was found not to
+    /// match are remembered (see [`pass_head`]), so a pass reads each at
+    /// most once and the next pass looks further.
     fn scan_heads_for(
         &self,
         st: &mut State,
@@ -492,6 +498,10 @@ impl Queue {
         after: &mut AfterUnlock,
     ) -> usize {
         const HEADS: usize = 64;
+        let Some(index) = st.consumers.index_of(consumer) else {
+            return 0;
+        };
+        let passed = &st.consumers.slot(index).passed_heads;
         let lanes: Vec<(Arc<str>, u64)> = st
             .backlog
             .lanes_for(consumer)
@@ -502,10 +512,13 @@ impl Queue {
                     .front(&Some(lane.clone()))
                     .map(|r| (lane, r.start))
             })
-            .take(HEADS)
+            .filter(|(_, head)| !passed.contains(head))
+            .take(HEADS + 1)
             .collect();
+        let cut_short = lanes.len() > HEADS;
+        let mut newly_passed = 0;
         let now = now_ms();
-        for (lane, first) in lanes {
+        for (lane, first) in lanes.into_iter().take(HEADS) {
             let lane = Some(lane);
             let mut seq = first;
             // An expired head is dropped here (dispatch never meets it: it is
@@ -517,10 +530,23 @@ impl Queue {
                         Some(run) => seq = run.start,
                         None => break,
                     },
-                    Head::Other => break,
+                    Head::Other { for_good } => {
+                        if for_good {
+                            pass_head(st, index, seq);
+                            newly_passed += 1;
+                        }
+                        break;
+                    }
                     Head::Failed => return 0,
                 }
             }
+        }
+        // More groups wait beyond this scan's limit: look at the next ones
+        // shortly, rather than hold the lock. Each retry passes over new
+        // heads for good, so the retries end.
+        if cut_short && newly_passed > 0 {
+            after.retry_page_in |= !st.backlog.retry_scheduled;
+            st.backlog.retry_scheduled = true;
         }
         0
     }
@@ -543,7 +569,7 @@ impl Queue {
                     // Not written yet: look again shortly.
                     after.retry_page_in |= !st.backlog.retry_scheduled;
                     st.backlog.retry_scheduled = true;
-                    return Head::Other;
+                    return Head::Other { for_good: false };
                 }
             },
             Err(e) => {
@@ -552,7 +578,7 @@ impl Queue {
             }
         };
         let Ok(stored) = persist::decode(record) else {
-            return Head::Other;
+            return Head::Other { for_good: true };
         };
         if stored.message.expires_at.is_some() && stored.message.is_expired_at(now) {
             st.backlog.consumed(lane, 1);
@@ -564,7 +590,9 @@ impl Queue {
         if filter.matches(&stored.message) {
             Head::Matches
         } else {
-            Head::Other
+            Head::Other {
+                for_good: stored.message.expires_at.is_none(),
+            }
         }
     }
 
@@ -619,6 +647,22 @@ impl Queue {
         }
         readable
     }
+}
+
+/// Notes that the consumer at `index` will never take the group head `seq`
+/// on disk. Heads no longer on disk are forgotten each time the memo
+/// reaches a power of two from a few scans' worth on, so it stays about the
+/// size of the groups on disk at an amortised constant cost.
+fn pass_head(st: &mut State, index: usize, seq: u64) {
+    const PRUNE_FROM: usize = 256;
+    let State {
+        consumers, backlog, ..
+    } = st;
+    let passed = &mut consumers.slot_mut(index).passed_heads;
+    if passed.len() >= PRUNE_FROM && passed.len().is_power_of_two() {
+        passed.retain(|seq| backlog.contains(*seq));
+    }
+    passed.insert(seq);
 }
 
 fn is_held(st: &State, lane: &LaneKey) -> bool {

@@ -436,6 +436,7 @@ impl Queue {
                     filter: options.filter,
                     browse,
                     scanned_to: 0,
+                    passed_heads: Default::default(),
                 },
                 self.settings.exclusive,
             );

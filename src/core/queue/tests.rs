@@ -103,6 +103,46 @@ async fn stalled_group_holds_back_only_itself(depth: usize) {
     assert!(broker.queue("q").unwrap().stats().ready <= 10 + 100);
 }
 
+/// Selects messages whose `color` property is this.
+#[derive(Debug)]
+struct ColorIs(i64);
+
+impl crate::core::consumer::MessageFilter for ColorIs {
+    fn matches(&self, message: &Message) -> bool {
+        message.property("color") == Some(&crate::core::Value::Int(self.0))
+    }
+}
+
+#[tokio::test]
+async fn a_selector_finds_a_group_head_beyond_one_scan_of_the_disk() {
+    // Two hundred groups on disk whose heads a selector rejects, then one
+    // whose head it takes: a pass looks at a bounded number of heads, and
+    // the next ones look further instead of at the same ones again.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), small(1));
+    let colored = |body: &str, group: &str, color: i64| Message {
+        properties: vec![(Arc::from("color"), crate::core::Value::Int(color))].into(),
+        ..msg(body, Some(group))
+    };
+    for i in 0..200 {
+        let m = colored(&format!("g{i}"), &format!("g{i}"), 1);
+        broker.publish(m, RoutingType::Anycast).unwrap();
+    }
+    let hit = colored("hit", "g200", 0);
+    broker.publish(hit, RoutingType::Anycast).unwrap();
+    let (tx, mut rx) = deliveries::channel();
+    let options = ConsumerOptions {
+        credit: CreditMode::Window(1),
+        filter: Some(Arc::new(ColorIs(0))),
+        ..Default::default()
+    };
+    let _picky = broker
+        .subscribe("q", RoutingType::Anycast, options, tx)
+        .unwrap();
+    let got = receive(&mut rx, 1, true).await;
+    assert_eq!(body(&got[0]), "hit");
+}
+
 #[tokio::test]
 async fn a_stalled_group_deeper_than_memory_holds_back_only_itself() {
     stalled_group_holds_back_only_itself(30).await;
