@@ -209,4 +209,32 @@ mod tests {
         drop(temp);
         broker.open_queue("b", &alice).unwrap();
     }
+
+    #[tokio::test]
+    async fn named_subscriptions_need_create_and_delete_durable_queue() {
+        let (_dir, broker) = broker(0);
+        let alice = broker.principal(Some("alice"), None, None);
+        let nobody = broker.principal(Some("mallory"), None, None);
+        let (sink, _deliveries) = crate::core::deliveries::channel();
+        let options = ConsumerOptions::default;
+        assert!(matches!(
+            broker.subscribe_named_as("news", "s", true, options(), sink.clone(), &nobody),
+            Err(CoreError::Denied(_))
+        ));
+        assert!(!broker.has_named_subscription("news", "s", true));
+        let sub = broker
+            .subscribe_named_as("news", "s", true, options(), sink.clone(), &alice)
+            .unwrap();
+        drop(sub);
+        // alice's role has no delete_durable_queue: the subscription stays.
+        assert!(matches!(
+            broker.delete_durable_subscription_as("news", "s", &alice),
+            Err(CoreError::Denied(d)) if d.permission == Permission::DeleteDurableQueue
+        ));
+        assert!(broker.has_named_subscription("news", "s", true));
+        // Shared non-durable subscriptions need create_non_durable_queue, which alice has.
+        broker
+            .subscribe_named_as("news", "v", false, options(), sink, &alice)
+            .unwrap();
+    }
 }
