@@ -681,3 +681,59 @@ async fn amqp_a_refused_receiver_gets_a_null_source_then_a_detach_with_the_error
         other => panic!("wanted attach, got {other:?}"),
     }
 }
+
+/// A transactional send through the anonymous relay to a denied address is rejected and
+/// dooms its transaction: nothing of it takes effect, the discharge fails.
+#[tokio::test]
+async fn amqp_a_denied_send_in_a_transaction_rolls_it_back() {
+    use fe2o3_amqp::transaction::{Controller, TransactionDischarge, TransactionPosting};
+    let (_dir, broker) = start();
+    let mut alice = amqp_login(&broker, "alice").await;
+    let mut a = sender(&mut alice, "a", "orders.a")
+        .await
+        .expect("alice sends");
+    a.send(Message::from("first")).await.expect("send");
+    let mut bob = amqp_login(&broker, "bob").await;
+    let controller = Controller::attach(&mut bob.session, "controller")
+        .await
+        .expect("controller");
+    let mut relay = Sender::builder()
+        .name("relay")
+        .target(Target::builder().build())
+        .sender_settle_mode(SenderSettleMode::Unsettled)
+        .attach(&mut bob.session)
+        .await
+        .expect("the relay attaches");
+    let to = |address: &str, body: &str| {
+        Message::builder()
+            .properties(Properties::builder().to(address).build())
+            .value(body.to_owned())
+            .build()
+    };
+    let txn = fe2o3_amqp::transaction::Transaction::declare(&controller, None)
+        .await
+        .expect("declared");
+    let ok = txn
+        .post(&mut relay, to("orders.a", "in-txn"))
+        .await
+        .unwrap();
+    assert!(matches!(ok, Outcome::Accepted(_)), "{ok:?}");
+    let denied = txn.post(&mut relay, to("misc", "denied")).await.unwrap();
+    match denied {
+        Outcome::Rejected(r) => assert_unauthorized(r),
+        other => panic!("wanted rejected, got {other:?}"),
+    }
+    assert!(txn.commit().await.is_err(), "the discharge fails");
+    // orders.a holds only alice's message: the accepted send was rolled back.
+    let mut r = Receiver::attach(&mut alice.session, "r", "orders.a")
+        .await
+        .expect("alice consumes");
+    let got = tokio::time::timeout(Duration::from_secs(10), r.recv::<String>())
+        .await
+        .expect("a delivery")
+        .expect("recv");
+    assert_eq!(got.body(), "first");
+    r.accept(&got).await.expect("accept");
+    let next = tokio::time::timeout(Duration::from_millis(500), r.recv::<String>()).await;
+    assert!(next.is_err(), "nothing of the transaction arrived");
+}

@@ -293,7 +293,17 @@ impl Session {
                         RoutingType::Multicast => Ok(()),
                     });
                     if let Err(e) = opened {
-                        return Some(core_rejection(&e));
+                        let rejection = core_rejection(&e);
+                        let Some(id) = txn else {
+                            return Some(rejection);
+                        };
+                        // Inside a transaction: it is doomed, and the outcome says
+                        // which transaction the refusal belongs to.
+                        refuse_in(txns, Some(id), e.to_string());
+                        return Some(DeliveryState::TransactionalState {
+                            txn_id: id.clone(),
+                            outcome: Some(Box::new(rejection)),
+                        });
                     }
                     link.relay_allowed.insert(node.name.clone(), node.routing);
                 }
