@@ -1,14 +1,16 @@
 //! Turns the file as read (`raw`) into the typed [`Config`], checking ranges and cross-references.
 //! Every default lives here, so an empty file means "all defaults".
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::core::delay_headers::DelayHeader;
 use crate::core::memory::{default_global_max_size, AddressFullPolicy};
-use crate::core::security::{CredentialError, Secret};
+use crate::core::security::{
+    CredentialError, Grants, Permissions, RoleNames, RoleSet, Secret, UserPolicy,
+};
 use crate::core::settings::{
     AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
 };
@@ -21,8 +23,8 @@ use super::raw::{
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
-    Acceptors, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, Limits, Listener, Security,
-    StoreConfig, User,
+    Acceptors, Access, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, Limits, Listener,
+    Security, StoreConfig, User,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
@@ -328,6 +330,13 @@ fn limits(raw: &RawLimits) -> Result<Limits, ConfigError> {
             1_000_000,
             &key.field("max_unsettled_per_link"),
         )?),
+        max_queues_per_user: to_usize(ranged(
+            raw.max_queues_per_user,
+            0,
+            0,
+            1_000_000,
+            &key.field("max_queues_per_user"),
+        )?),
     })
 }
 
@@ -561,9 +570,27 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
                 Problem::Duplicate(u.name),
             ));
         }
+        let per_user = |value: Option<u64>, field: &str| {
+            value
+                .map(|v| ranged(Some(v), 0, 0, 1_000_000, &key.field(field)).map(to_usize))
+                .transpose()
+        };
+        let max_connections = per_user(u.max_connections, "max_connections")?;
+        let max_queues = per_user(u.max_queues, "max_queues")?;
+        for (j, role) in u.roles.iter().enumerate() {
+            if role.is_empty() {
+                return Err(ConfigError::key(
+                    key.field("roles").index(j),
+                    Problem::Empty,
+                ));
+            }
+        }
         out.push(User {
             name: u.name,
             secret,
+            roles: u.roles,
+            max_connections,
+            max_queues,
         });
     }
     let delay_key = KeyPath::root("security").field("login_failure_delay");
@@ -583,10 +610,81 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
             },
         ));
     }
+    let access = access(&out, raw)?;
     Ok(Security {
         allow_anonymous: raw.allow_anonymous.unwrap_or(out.is_empty()),
+        allow_anonymous_set: raw.allow_anonymous.is_some(),
         users: out,
         login_failure_delay,
+        access,
+    })
+}
+
+/// Roles numbered, each user's roles and limits, and the permission table. A role that
+/// is granted something but that no user (nor `anonymous_roles`) holds is refused: it is
+/// most likely a typo, and as written it would grant nothing.
+fn access(users: &[User], raw: &RawSecurity) -> Result<Access, ConfigError> {
+    let mut names = RoleNames::default();
+    let too_many = |key: KeyPath| {
+        ConfigError::key(
+            key,
+            Problem::OutOfRange {
+                min: 1,
+                max: RoleSet::MAX_ROLES as u64,
+            },
+        )
+    };
+    let mut policies = HashMap::new();
+    for (i, user) in users.iter().enumerate() {
+        let mut roles = RoleSet::default();
+        for role in &user.roles {
+            let key = KeyPath::root("users").index(i).field("roles");
+            roles = roles.with(names.number(role).ok_or_else(|| too_many(key))?);
+        }
+        policies.insert(
+            user.name.clone(),
+            UserPolicy {
+                roles,
+                max_queues: user.max_queues,
+            },
+        );
+    }
+    let mut anonymous_roles = RoleSet::default();
+    for role in &raw.anonymous_roles {
+        let key = KeyPath::root("security").field("anonymous_roles");
+        if role.is_empty() {
+            return Err(ConfigError::key(key, Problem::Empty));
+        }
+        anonymous_roles = anonymous_roles.with(names.number(role).ok_or_else(|| too_many(key))?);
+    }
+    let mut permissions = Permissions::default();
+    for (pattern, raw_grants) in &raw.permissions {
+        let key = KeyPath::root("security")
+            .field("permissions")
+            .field(pattern);
+        if pattern.split('.').any(str::is_empty) {
+            return Err(ConfigError::key(key, Problem::BadPattern(pattern.clone())));
+        }
+        let mut grants = Grants::default();
+        for (permission, roles) in raw_grants.grants() {
+            let mut set = RoleSet::default();
+            for role in roles {
+                let number = names.get(role).ok_or_else(|| {
+                    ConfigError::key(
+                        key.field(permission.key()),
+                        Problem::UnknownRole(role.clone()),
+                    )
+                })?;
+                set = set.with(number);
+            }
+            grants.grant(permission, set);
+        }
+        permissions.add(AddressPattern::new(pattern), grants);
+    }
+    Ok(Access {
+        permissions,
+        users: policies,
+        anonymous_roles,
     })
 }
 

@@ -63,6 +63,10 @@ pub enum Problem {
     Credential(#[from] crate::core::security::CredentialError),
     #[error("give either `credential` (from `weir user add`) or `password`, not both")]
     PasswordAndCredential,
+    #[error(
+        "no user holds role \"{0}\" (give it in a user's `roles` or in security.anonymous_roles)"
+    )]
+    UnknownRole(String),
     #[error("\"{0}\" is declared twice")]
     Duplicate(String),
     #[error("{addr} is already used by {other}")]

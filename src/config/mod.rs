@@ -18,7 +18,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use crate::core::security::Secret;
+use crate::core::security::{Permissions, RoleSet, UserPolicy};
 use crate::core::settings::{QueueSettings, SettingsTable};
+use std::collections::HashMap;
 
 pub use error::{ConfigError, KeyPath, Problem};
 pub use units::{format_duration, parse_duration, parse_size, DurationError, SizeError};
@@ -143,12 +145,19 @@ pub struct Limits {
     pub max_links_per_session: usize,
     /// AMQP deliveries sent on one link and not yet settled by the peer.
     pub max_unsettled_per_link: usize,
+    /// Queues one user's connections may have created at once; 0 = unlimited.
+    pub max_queues_per_user: usize,
 }
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct User {
     pub name: String,
     pub secret: Secret,
+    pub roles: Vec<String>,
+    /// Overrides `limits.max_connections_per_user` for this user.
+    pub max_connections: Option<usize>,
+    /// Overrides `limits.max_queues_per_user` for this user.
+    pub max_queues: Option<usize>,
 }
 
 impl fmt::Debug for User {
@@ -161,6 +170,9 @@ impl fmt::Debug for User {
         f.debug_struct("User")
             .field("name", &self.name)
             .field(kind, &"***")
+            .field("roles", &self.roles)
+            .field("max_connections", &self.max_connections)
+            .field("max_queues", &self.max_queues)
             .finish()
     }
 }
@@ -168,9 +180,21 @@ impl fmt::Debug for User {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Security {
     pub allow_anonymous: bool,
+    /// Whether `allow_anonymous` was written in the file (rather than defaulted): needed
+    /// to listen beyond loopback with anonymous clients allowed.
+    pub allow_anonymous_set: bool,
     pub users: Vec<User>,
     /// How long a failed login waits before it is refused.
     pub login_failure_delay: Duration,
+    pub access: Access,
+}
+
+/// Roles and permissions, resolved to the form the broker checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Access {
+    pub permissions: Permissions,
+    pub users: HashMap<String, UserPolicy>,
+    pub anonymous_roles: RoleSet,
 }
 
 /// Artemis-style client defaults for message grouping, picked by a listener by name.

@@ -104,6 +104,7 @@ pub(super) struct RawLimits {
     pub max_sessions_per_connection: Option<u64>,
     pub max_links_per_session: Option<u64>,
     pub max_unsettled_per_link: Option<u64>,
+    pub max_queues_per_user: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -112,6 +113,12 @@ pub(super) struct RawUser {
     pub name: String,
     pub password: Option<String>,
     pub credential: Option<String>,
+    #[serde(default)]
+    pub roles: Vec<String>,
+    #[serde(default)]
+    pub max_connections: Option<u64>,
+    #[serde(default)]
+    pub max_queues: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -119,6 +126,41 @@ pub(super) struct RawUser {
 pub(super) struct RawSecurity {
     pub allow_anonymous: Option<bool>,
     pub login_failure_delay: Option<RawDuration>,
+    pub anonymous_roles: Vec<String>,
+    pub permissions: BTreeMap<String, RawPermissions>,
+}
+
+/// The roles granted each permission at one address pattern; absent grants nobody.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawPermissions {
+    pub send: Vec<String>,
+    pub consume: Vec<String>,
+    pub browse: Vec<String>,
+    pub create_durable_queue: Vec<String>,
+    pub delete_durable_queue: Vec<String>,
+    pub create_non_durable_queue: Vec<String>,
+    pub delete_non_durable_queue: Vec<String>,
+    pub create_address: Vec<String>,
+    pub manage: Vec<String>,
+}
+
+impl RawPermissions {
+    /// Each permission with the roles it is granted to.
+    pub fn grants(&self) -> [(crate::core::security::Permission, &[String]); 9] {
+        use crate::core::security::Permission as P;
+        [
+            (P::Send, &self.send),
+            (P::Consume, &self.consume),
+            (P::Browse, &self.browse),
+            (P::CreateDurableQueue, &self.create_durable_queue),
+            (P::DeleteDurableQueue, &self.delete_durable_queue),
+            (P::CreateNonDurableQueue, &self.create_non_durable_queue),
+            (P::DeleteNonDurableQueue, &self.delete_non_durable_queue),
+            (P::CreateAddress, &self.create_address),
+            (P::Manage, &self.manage),
+        ]
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

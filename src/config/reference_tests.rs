@@ -12,7 +12,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawLimits,
-    RawQueue, RawSecurity, RawSettings, RawStore, RawUser,
+    RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawUser,
 };
 
 const REFERENCE: &str = include_str!("../../config/weir.toml");
@@ -71,6 +71,7 @@ fn sections() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("limits", accepted::<RawLimits>()),
         ("users", accepted::<RawUser>()),
         ("security", accepted::<RawSecurity>()),
+        ("security.permissions.*", accepted::<RawPermissions>()),
         ("queue_defaults", accepted::<RawSettings>()),
         ("address_settings.*", accepted::<RawSettings>()),
         ("queues", queue),
@@ -89,6 +90,9 @@ fn section_of(line: &str) -> Option<String> {
     let head = words.next()?;
     Some(match (head, words.next()) {
         ("address_settings" | "connection_factories", Some(_)) => format!("{head}.*"),
+        ("security", Some(rest)) if rest.starts_with("permissions.") => {
+            "security.permissions.*".to_owned()
+        }
         (_, Some(rest)) => format!("{head}.{rest}"),
         (_, None) => head.to_owned(),
     })
@@ -114,8 +118,10 @@ fn documented() -> BTreeMap<String, BTreeSet<String>> {
         if let Some(name) = section_of(line) {
             let top = name.split('.').next().unwrap_or_default().to_owned();
             found.entry(String::new()).or_default().insert(top);
-            // A table inside a section is one of its keys: [[acceptors.extra]].
+            // A table inside a section is one of its keys: [[acceptors.extra]],
+            // [security.permissions."orders.#"].
             if let Some((outer, inner)) = name.split_once('.').filter(|(_, inner)| *inner != "*") {
+                let inner = inner.strip_suffix(".*").unwrap_or(inner);
                 found
                     .entry(outer.to_owned())
                     .or_default()
@@ -196,6 +202,10 @@ fn the_probe_sees_a_new_key() {
         Some("address_settings.*")
     );
     assert_eq!(section_of("# [[users]]").as_deref(), Some("users"));
+    assert_eq!(
+        section_of(r#"# [security.permissions."orders.#"]"#).as_deref(),
+        Some("security.permissions.*")
+    );
     assert_eq!(key_of(r#"# batch_window = "2ms""#), Some("batch_window"));
     assert_eq!(key_of("# Example (default 2ms): x"), None);
 }

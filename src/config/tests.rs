@@ -667,3 +667,49 @@ fn memory_limits_are_read_with_units_and_minus_one() {
         assert!(err.contains(want), "{text}: {err}");
     }
 }
+
+#[test]
+fn permissions_name_known_roles_and_resolve_to_the_most_specific_pattern() {
+    use crate::core::security::Permission;
+    let users = "[[users]]\nname = \"a\"\npassword = \"p\"\nroles = [\"ops\"]\n";
+    let c = load(&format!(
+        "{users}[security.permissions.\"#\"]\nsend = [\"ops\"]\n\
+         [security.permissions.\"orders.#\"]\nconsume = [\"ops\"]\n"
+    ));
+    let access = &c.security().access;
+    let ops = access.users["a"].roles;
+    assert!(access.permissions.allows(ops, "misc", Permission::Send));
+    assert!(!access.permissions.allows(ops, "orders.x", Permission::Send));
+    assert!(access
+        .permissions
+        .allows(ops, "orders.x", Permission::Consume));
+    let e = error(&format!(
+        "{users}[security.permissions.\"#\"]\nsend = [\"opps\"]\n"
+    ));
+    assert!(e.contains("security.permissions.\"#\".send"), "{e}");
+    assert!(e.contains("no user holds role \"opps\""), "{e}");
+    let e = error(&format!(
+        "{users}[security.permissions.\"a..b\"]\nsend = [\"ops\"]\n"
+    ));
+    assert!(e.contains("empty word"), "{e}");
+    let e = error(&format!(
+        "{users}[security.permissions.\"#\"]\nsned = [\"ops\"]\n"
+    ));
+    assert!(e.contains("sned"), "{e}");
+    assert!(!load(users).security().access.permissions.is_configured());
+}
+
+#[test]
+fn anonymous_roles_and_per_user_limits_are_read() {
+    let c = load(
+        "[[users]]\nname = \"a\"\npassword = \"p\"\nmax_connections = 2\nmax_queues = 3\n\
+         [security]\nallow_anonymous = true\nanonymous_roles = [\"guest\"]\n\
+         [limits]\nmax_queues_per_user = 7\n",
+    );
+    assert!(c.security().allow_anonymous_set);
+    assert_eq!(c.users()[0].max_connections, Some(2));
+    assert_eq!(c.users()[0].max_queues, Some(3));
+    assert_eq!(c.limits().max_queues_per_user, 7);
+    assert_ne!(c.security().access.anonymous_roles, Default::default());
+    assert!(!load("").security().allow_anonymous_set);
+}

@@ -11,7 +11,7 @@ use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
 use super::receipt::Receipt;
-use super::security::Authenticator;
+use super::security::{Authenticator, Authorizer, Principal};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -32,6 +32,8 @@ pub enum RoutingType {
 pub struct BrokerOptions {
     pub settings: SettingsTable,
     pub auth: Authenticator,
+    /// Roles, permissions and per-user queue limits.
+    pub authorizer: Authorizer,
     /// Queues that exist from the start, with their own settings.
     pub declared: Vec<(String, QueueSettings)>,
     pub factories: Vec<ConnectionFactory>,
@@ -47,6 +49,7 @@ impl BrokerOptions {
         Self {
             settings: SettingsTable::new(settings),
             auth: Authenticator::open(),
+            authorizer: Authorizer::default(),
             declared: Vec::new(),
             factories: Vec::new(),
             global_max_size: None,
@@ -78,6 +81,7 @@ struct Inner {
     /// Every name some queue reads as a delay, for the protocols.
     delay_header_names: DelayHeaderNames,
     auth: Authenticator,
+    authorizer: Arc<Authorizer>,
     store: Store,
     queues: FastDashMap<Arc<str>, Arc<Queue>>,
     queues_by_id: FastDashMap<u32, Arc<Queue>>,
@@ -141,6 +145,7 @@ impl Broker {
             settings: options.settings,
             delay_header_names,
             auth: options.auth,
+            authorizer: Arc::new(options.authorizer),
             store,
             queues: FastDashMap::default(),
             queues_by_id: FastDashMap::default(),
@@ -174,6 +179,22 @@ impl Broker {
 
     pub fn auth(&self) -> &Authenticator {
         &self.inner.auth
+    }
+
+    /// The identity of a logged-in connection, for the checked operations
+    /// (see [`super::access`]).
+    pub fn principal(
+        &self,
+        user: Option<&str>,
+        peer: Option<std::net::SocketAddr>,
+        client_id: Option<&str>,
+    ) -> Principal {
+        Principal::new(&self.inner.authorizer, user, peer, client_id)
+    }
+
+    /// Whether any permission is configured.
+    pub fn enforces_permissions(&self) -> bool {
+        self.inner.authorizer.enforces_permissions()
     }
 
     /// The connection factory of that name (chosen by acceptor or virtual host).
@@ -582,6 +603,14 @@ impl Broker {
         })
     }
 
+    /// Whether a named subscription of that kind exists.
+    pub fn has_named_subscription(&self, topic: &str, subscription: &str, durable: bool) -> bool {
+        let kind = if durable { "durable" } else { "shared" };
+        self.inner
+            .queues
+            .contains_key(format!("{topic}::{kind}::{subscription}").as_str())
+    }
+
     /// Whether a named durable subscription exists.
     pub fn has_durable_subscription(&self, topic: &str, subscription: &str) -> bool {
         self.inner
@@ -605,8 +634,17 @@ impl Broker {
     /// A queue that exists until the returned guard is dropped (AMQP dynamic
     /// nodes, JMS temporary queues for request/reply).
     pub fn create_temporary_queue(&self) -> TemporaryQueue {
+        let (id, name) = self.temporary_queue_name();
+        self.create_temporary_queue_named(id, name)
+    }
+
+    /// A fresh queue id and the name of the temporary queue that would have it.
+    pub(super) fn temporary_queue_name(&self) -> (u32, Arc<str>) {
         let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
-        let name: Arc<str> = Arc::from(format!("temp.{:x}.{id}", now_ms()));
+        (id, Arc::from(format!("temp.{:x}.{id}", now_ms())))
+    }
+
+    pub(super) fn create_temporary_queue_named(&self, id: u32, name: Arc<str>) -> TemporaryQueue {
         let queue = self.new_queue(name.clone(), id, self.settings_for(&name));
         self.inner.queues.insert(name, queue.clone());
         self.inner.queues_by_id.insert(id, queue.clone());

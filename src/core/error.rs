@@ -35,6 +35,12 @@ pub enum CoreError {
         setting: &'static str,
         limit: u64,
     },
+    /// The client's roles do not grant what it asked (`security.permissions`).
+    #[error("{0}")]
+    Denied(#[from] crate::core::security::Denied),
+    /// The client's user has created as many queues as it may.
+    #[error("{0}")]
+    QueueLimit(#[from] crate::core::security::QueueLimit),
 }
 
 impl CoreError {
@@ -42,6 +48,13 @@ impl CoreError {
     /// out, not a fault of the broker.
     pub fn is_disk_full(&self) -> bool {
         matches!(self, CoreError::Store(e) if matches!(**e, StoreError::DiskFull(_)))
+    }
+}
+
+impl CoreError {
+    /// Refused because of who the client is, not because of the broker's state.
+    pub fn is_access(&self) -> bool {
+        matches!(self, CoreError::Denied(_) | CoreError::QueueLimit(_))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The protocol-neutral broker core: messages, queues, grouping, delays and
 //! dispatch. Nothing here knows which protocol a message came from.
 
+mod access;
 pub mod broker;
 pub mod consumer;
 pub mod delay_headers;

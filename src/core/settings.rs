@@ -184,7 +184,7 @@ impl AddressPattern {
 
     /// Orders patterns so the more specific one sorts later (and wins when applied last):
     /// literal words beat `*`, which beats `#`.
-    fn specificity(&self) -> (usize, usize, usize) {
+    pub(crate) fn specificity(&self) -> (usize, usize, usize) {
         let literal = self.words.iter().filter(|w| *w != "*" && *w != "#").count();
         let single = self.words.iter().filter(|w| *w == "*").count();
         let no_hash = usize::from(!self.words.iter().any(|w| w == "#"));

@@ -32,10 +32,13 @@ impl Default for AdmissionLimits {
 pub enum Refusal {
     #[error("too many connections: the broker allows {0} (limits.max_connections)")]
     Total(usize),
-    #[error(
-        "too many connections for user '{user}': {limit} allowed (limits.max_connections_per_user)"
-    )]
-    User { user: String, limit: usize },
+    #[error("too many connections for user '{user}': {limit} allowed ({setting})")]
+    User {
+        user: String,
+        limit: usize,
+        /// `limits.max_connections_per_user`, or the user's own `max_connections`.
+        setting: &'static str,
+    },
     #[error(
         "too many connections from {address}: {limit} allowed (limits.max_connections_per_address)"
     )]
@@ -49,6 +52,8 @@ pub struct Admission(Arc<Shared>);
 #[derive(Debug, Default)]
 struct Shared {
     limits: AdmissionLimits,
+    /// Users with their own limit (`max_connections` on `[[users]]`), over `per_user`.
+    user_limits: HashMap<String, usize>,
     open: Mutex<Open>,
 }
 
@@ -62,10 +67,24 @@ struct Open {
 
 impl Admission {
     pub fn new(limits: AdmissionLimits) -> Self {
+        Self::with_user_limits(limits, HashMap::new())
+    }
+
+    /// With some users' own connection limits (0 = unlimited for that user).
+    pub fn with_user_limits(limits: AdmissionLimits, user_limits: HashMap<String, usize>) -> Self {
         Admission(Arc::new(Shared {
             limits,
+            user_limits,
             open: Mutex::default(),
         }))
+    }
+
+    /// The connection limit for `user` and the setting that gives it.
+    fn user_limit(&self, user: &str) -> (usize, &'static str) {
+        match self.0.user_limits.get(user) {
+            Some(&n) => (n, "users.max_connections"),
+            None => (self.0.limits.per_user, "limits.max_connections_per_user"),
+        }
     }
 
     /// Counts a connection from `address` for `user` in, if every limit allows it; it
@@ -77,11 +96,13 @@ impl Admission {
         if open.total >= limits.max_connections {
             return Err(Refusal::Total(limits.max_connections));
         }
+        let (user_limit, setting) = self.user_limit(user);
         let for_user = open.per_user.get(user).copied().unwrap_or(0);
-        if limits.per_user > 0 && for_user >= limits.per_user {
+        if user_limit > 0 && for_user >= user_limit {
             return Err(Refusal::User {
                 user: user.to_owned(),
-                limit: limits.per_user,
+                limit: user_limit,
+                setting,
             });
         }
         let for_address = open.per_address.get(&address).copied().unwrap_or(0);
@@ -93,7 +114,7 @@ impl Admission {
         }
         open.total += 1;
         // The maps are only needed where a limit is set; unlimited brokers keep them empty.
-        if limits.per_user > 0 {
+        if user_limit > 0 {
             *open.per_user.entry(user.to_owned()).or_default() += 1;
         }
         if limits.per_address > 0 {
@@ -102,7 +123,7 @@ impl Admission {
         Ok(Ticket {
             admission: self.clone(),
             address,
-            user: (limits.per_user > 0).then(|| user.to_owned()),
+            user: (user_limit > 0).then(|| user.to_owned()),
         })
     }
 
@@ -175,6 +196,27 @@ mod tests {
         drop(a);
         let _d = admission.admit(ip(3), Some("ann")).unwrap();
         assert_eq!(admission.open(), 3);
+    }
+
+    #[test]
+    fn a_users_own_limit_overrides_the_broker_wide_one() {
+        let admission = Admission::with_user_limits(
+            AdmissionLimits {
+                max_connections: 10,
+                per_user: 1,
+                per_address: 0,
+            },
+            HashMap::from([("ann".to_owned(), 2), ("bob".to_owned(), 0)]),
+        );
+        let _a = admission.admit(ip(1), Some("ann")).unwrap();
+        let _b = admission.admit(ip(1), Some("ann")).unwrap();
+        let refused = admission.admit(ip(1), Some("ann")).unwrap_err();
+        assert!(refused.to_string().contains("users.max_connections"));
+        for _ in 0..3 {
+            std::mem::forget(admission.admit(ip(1), Some("bob")).unwrap());
+        }
+        let _c = admission.admit(ip(1), Some("cid")).unwrap();
+        assert!(admission.admit(ip(1), Some("cid")).is_err());
     }
 
     #[test]

@@ -6,7 +6,7 @@ mod sniff;
 use crate::config::{self, Config, Listener, Protocol};
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
-use crate::core::security::{Authenticator, CredentialError, Secret};
+use crate::core::security::{Authenticator, Authorizer, CredentialError, Secret};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
@@ -43,6 +43,12 @@ pub enum ServerError {
     },
     #[error("cannot load the users: {0}")]
     Users(#[from] CredentialError),
+    #[error(
+        "not listening on {addr} ({name}): anonymous clients are allowed by default only on \
+         loopback addresses; add [[users]] to require logins, or set allow_anonymous = true \
+         under [security] to accept anonymous clients from the network"
+    )]
+    AnonymousExposed { name: String, addr: SocketAddr },
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -93,6 +99,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
         BrokerOptions {
             settings: config.settings_table(),
             auth,
+            authorizer: authorizer(config),
             declared: config.declared_queues(),
             global_max_size: Some(config.broker().global_max_size),
             factories: config
@@ -128,6 +135,48 @@ fn authenticator(config: &Config) -> Result<Authenticator, CredentialError> {
         config.allow_anonymous(),
         config.security().login_failure_delay,
     )
+}
+
+fn authorizer(config: &Config) -> Authorizer {
+    let access = &config.security().access;
+    Authorizer::new(
+        access.permissions.clone(),
+        access.users.clone(),
+        access.anonymous_roles,
+        config.limits().max_queues_per_user,
+    )
+}
+
+/// Anonymous access is on by default only while nobody else can reach the broker:
+/// listening beyond loopback needs `allow_anonymous = true` written in the file.
+fn check_anonymous_exposure(config: &Config) -> Result<(), ServerError> {
+    let security = config.security();
+    if !security.allow_anonymous {
+        return Ok(());
+    }
+    let exposed = config
+        .listeners()
+        .into_iter()
+        .find(|l| !l.bind.ip().is_loopback());
+    match exposed {
+        Some(listener) if !security.allow_anonymous_set => Err(ServerError::AnonymousExposed {
+            name: listener.name,
+            addr: listener.bind,
+        }),
+        Some(listener) => {
+            tracing::warn!(
+                addr = %listener.bind,
+                "anonymous clients may connect from the network (security.allow_anonymous = true)"
+            );
+            Ok(())
+        }
+        None => {
+            tracing::info!(
+                "anonymous clients may connect, on loopback only; add [[users]] to require logins"
+            );
+            Ok(())
+        }
+    }
 }
 
 fn stomp_options(config: &Config, admission: Admission) -> StompOptions {
@@ -183,14 +232,23 @@ fn transaction_limits(limits: &config::Limits) -> TransactionLimits {
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
+        check_anonymous_exposure(config)?;
         let (shutdown, _) = broadcast::channel(1);
         let limits = config.limits();
         let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));
-        let admission = Admission::new(AdmissionLimits {
-            max_connections: limits.max_connections,
-            per_user: limits.max_connections_per_user,
-            per_address: limits.max_connections_per_address,
-        });
+        let user_limits = config
+            .users()
+            .iter()
+            .filter_map(|u| Some((u.name.clone(), u.max_connections?)))
+            .collect();
+        let admission = Admission::with_user_limits(
+            AdmissionLimits {
+                max_connections: limits.max_connections,
+                per_user: limits.max_connections_per_user,
+                per_address: limits.max_connections_per_address,
+            },
+            user_limits,
+        );
         let (open, closed) = mpsc::channel(1);
         let mut bound = Vec::new();
         let mut tasks = Vec::new();

@@ -143,6 +143,8 @@ pub struct Queue {
     /// Set (under the state lock) when the broker deletes the queue; read
     /// without it by senders that hold on to the queue between messages.
     deleted: AtomicBool,
+    /// The place this queue takes in its creator's `max_queues`, freed with the queue.
+    owner: std::sync::OnceLock<crate::core::security::QueueSlot>,
     state: StateLock,
 }
 
@@ -182,6 +184,7 @@ impl Queue {
             diverter,
             memory,
             deleted: AtomicBool::new(false),
+            owner: std::sync::OnceLock::new(),
             state: StateLock(std::sync::Mutex::new(State {
                 next_seq: 1,
                 ready: ReadySet::default(),
@@ -204,6 +207,13 @@ impl Queue {
     /// its address up again.
     pub fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Acquire)
+    }
+
+    /// Counts this queue against its creator's queue limit until it is freed.
+    /// A queue has one creator: a second slot (two clients raced to create
+    /// it) is dropped, freeing its place.
+    pub(crate) fn set_owner(&self, slot: crate::core::security::QueueSlot) {
+        let _ = self.owner.set(slot);
     }
 
     pub fn name(&self) -> &Arc<str> {

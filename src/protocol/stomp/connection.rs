@@ -11,6 +11,7 @@ use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::{producers_may_go, PendingAcks};
+use crate::core::security::audit::{self, LoginOutcome};
 use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::driver::{self, ClientFaults, Connection, Ending, Io, ReadItem, Timing};
@@ -222,14 +223,36 @@ impl StompConnection {
         session.version = version;
         let login = frame.header("login");
         let passcode = frame.header("passcode");
+        let client_id = frame.header("client-id");
         let user = match session.broker.auth().authenticate(login, passcode) {
-            Ok(user) => user,
+            Ok(user) => {
+                audit::login(
+                    peer,
+                    user.as_deref(),
+                    "stomp",
+                    false,
+                    client_id,
+                    LoginOutcome::Accepted,
+                );
+                user
+            }
             Err(e) => {
+                audit::login(
+                    peer,
+                    login,
+                    "stomp",
+                    false,
+                    client_id,
+                    LoginOutcome::Refused,
+                );
                 // Guessing passwords gets slow; the delay is fixed so it tells nothing.
                 tokio::time::sleep(session.broker.auth().failure_delay()).await;
                 return Err(SessionError::Auth(e.to_string()));
             }
         };
+        session.principal = session
+            .broker
+            .principal(user.as_deref(), Some(peer), client_id);
         let span = tracing::Span::current();
         span.record("user", user.as_deref().unwrap_or("anonymous"));
         if let Some(id) = frame.header("client-id") {

@@ -10,6 +10,7 @@ use crate::core::consumer::{ConsumerId, ConsumerOptions, CreditMode, MessageFilt
 use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::PendingAcks;
+use crate::core::security::Principal;
 use crate::core::selector::Selector;
 use crate::core::{
     Broker, CoreError, Receipt, RoutingType, Settlement, Subscription, Target, TransactionError,
@@ -59,7 +60,11 @@ pub(super) enum SessionError {
 impl SessionError {
     /// The client's mistakes (and its going away) as opposed to the broker's own faults.
     pub(super) fn is_clients(&self) -> bool {
-        !matches!(self, SessionError::Core(_) | SessionError::ShuttingDown)
+        match self {
+            SessionError::Core(e) => e.is_access(),
+            SessionError::ShuttingDown => false,
+            _ => true,
+        }
     }
 }
 
@@ -88,6 +93,11 @@ pub(super) type PendingReceipt = std::pin::Pin<
 
 pub(super) struct Session {
     pub(super) broker: Broker,
+    /// Who the client logged in as; set by the handshake.
+    pub(super) principal: Principal,
+    /// The destination last allowed `send`, so a producer sending to one
+    /// destination again and again is checked once.
+    send_allowed: Option<(Arc<str>, RoutingType)>,
     pub(super) options: StompOptions,
     pub(super) deliveries_tx: crate::core::deliveries::DeliverySink,
     /// Property names and destinations seen last, shared between messages.
@@ -131,6 +141,8 @@ impl Session {
     ) -> Self {
         let transactions = Transactions::new(options.transactions);
         Session {
+            principal: Principal::unrestricted(),
+            send_allowed: None,
             broker,
             options,
             deliveries_tx,
@@ -215,6 +227,16 @@ impl Session {
             self.broker.delay_header_names(),
         )?;
         self.producer.apply(&mut message);
+        if self.principal.is_restricted()
+            && self
+                .send_allowed
+                .as_ref()
+                .is_none_or(|(a, r)| *a != message.address || *r != dest.routing)
+        {
+            self.broker
+                .may_send(&message.address, dest.routing, &self.principal)?;
+            self.send_allowed = Some((message.address.clone(), dest.routing));
+        }
         if let Some(tx) = frame.header("transaction") {
             // Any other refusal dooms the transaction; its COMMIT reports it.
             let target = Target::Routed(dest.routing);
@@ -233,7 +255,8 @@ impl Session {
                     .as_ref()
                     .is_some_and(|q| *q.name() == message.address && !q.is_deleted());
                 if !kept {
-                    self.sending_to = Some(self.broker.queue_or_create(&message.address, false)?);
+                    self.sending_to =
+                        Some(self.broker.open_queue(&message.address, &self.principal)?);
                 }
                 match &self.sending_to {
                     Some(queue) => self.broker.publish_to(queue, message)?,
@@ -331,11 +354,12 @@ impl Session {
             filter,
             browse: frame.header("browser").is_some_and(|v| v == "true"),
         };
-        let subscription = self.broker.subscribe(
+        let subscription = self.broker.subscribe_as(
             &dest.name,
             dest.routing,
             options,
             self.deliveries_tx.clone(),
+            &self.principal,
         )?;
         self.sub_of_consumer
             .insert(subscription.consumer(), id.clone());

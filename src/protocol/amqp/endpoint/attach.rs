@@ -7,6 +7,7 @@ use super::env::Env;
 use super::link::{ReceiverLink, Route, SenderLink};
 use super::terminus::{self, Node, SubscriptionKind, CAP_TEMP_TOPIC};
 use crate::core::consumer::{ConsumerOptions, CreditMode, MessageFilter};
+use crate::core::security::Permission;
 use crate::core::{CoreError, RoutingType};
 use crate::protocol::amqp::wire::definitions::{
     AmqpError, ReceiverSettleMode, Role, SenderSettleMode, Source, Target,
@@ -104,8 +105,13 @@ fn subscribe(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
     let browse = options.browse;
     let presettled = a.snd_settle_mode == SenderSettleMode::Settled || browse;
     let sink = env.sink.clone();
+    let who = &env.principal;
     if source.dynamic {
-        let temp = env.broker.create_temporary_queue();
+        let temp = env
+            .broker
+            .create_temporary_queue_as(who)
+            .map_err(|e| core_error(&e))?;
+        // Its creator reads it without further permission.
         let sub = env
             .broker
             .subscribe(temp.name(), RoutingType::Anycast, options, sink)
@@ -125,10 +131,12 @@ fn subscribe(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
     } = terminus::resolve(address.as_str(), &source.capabilities);
     let mut durable = None;
     let sub = match routing {
-        RoutingType::Anycast => env.broker.subscribe(&node, routing, options, sink),
+        RoutingType::Anycast => env.broker.subscribe_as(&node, routing, options, sink, who),
         RoutingType::Multicast => {
             match terminus::subscription_kind(&source, &name, &env.container_id) {
-                SubscriptionKind::Plain => env.broker.subscribe(&node, routing, options, sink),
+                SubscriptionKind::Plain => {
+                    env.broker.subscribe_as(&node, routing, options, sink, who)
+                }
                 SubscriptionKind::Named {
                     name: sub_name,
                     durable: is_durable,
@@ -137,7 +145,7 @@ fn subscribe(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpError> {
                         durable = Some((node.clone(), sub_name.clone()));
                     }
                     env.broker
-                        .subscribe_named(&node, &sub_name, is_durable, options, sink)
+                        .subscribe_named_as(&node, &sub_name, is_durable, options, sink, who)
                 }
             }
         }
@@ -176,7 +184,14 @@ fn reattach_durable(env: &Env, a: &Attach) -> Result<(SenderLink, Source), AmqpE
         };
         let sub = env
             .broker
-            .subscribe_named(&topic, &sub_name, true, options, env.sink.clone())
+            .subscribe_named_as(
+                &topic,
+                &sub_name,
+                true,
+                options,
+                env.sink.clone(),
+                &env.principal,
+            )
             .map_err(|e| core_error(&e))?;
         let source = Source {
             address: Some(Str::from(topic.as_str())),
@@ -221,6 +236,7 @@ pub fn receiver(env: &Env, a: &Attach) -> Result<(ReceiverLink, Attach), AmqpErr
         delivery_count: a.initial_delivery_count.unwrap_or(0),
         partial: None,
         withheld,
+        relay_allowed: Default::default(),
     };
     Ok((link, reply))
 }
@@ -242,10 +258,17 @@ fn route(env: &Env, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpError
         let route = if temp_topic {
             let name: Arc<str> =
                 Arc::from(format!("temp-topic.{:x}", env.broker.next_consumer_id()));
+            // A temporary topic is only an address; its creator may send to it.
+            env.principal
+                .check(&name, Permission::CreateAddress)
+                .map_err(|e| core_error(&e.into()))?;
             reply.address = Some(Str::from(&*name));
             Route::Topic { name }
         } else {
-            let temp = env.broker.create_temporary_queue();
+            let temp = env
+                .broker
+                .create_temporary_queue_as(&env.principal)
+                .map_err(|e| core_error(&e))?;
             reply.address = Some(Str::from(&**temp.name()));
             Route::Temporary(temp)
         };
@@ -255,11 +278,14 @@ fn route(env: &Env, a: &Attach) -> Result<(Route, Option<TargetKind>), AmqpError
         return Ok((Route::Anonymous, Some(TargetKind::Target(target))));
     };
     let Node { name, routing } = terminus::resolve(address.as_str(), &target.capabilities);
+    env.broker
+        .may_send(&name, routing, &env.principal)
+        .map_err(|e| core_error(&e))?;
     let route = match routing {
         RoutingType::Anycast => {
             let queue = env
                 .broker
-                .queue_or_create(&name, false)
+                .open_queue(&name, &env.principal)
                 .map_err(|e| core_error(&e))?;
             Route::Queue { name, queue }
         }

@@ -18,6 +18,8 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::Store(_) => condition::INTERNAL_ERROR,
         CoreError::ShuttingDown => condition::RESOURCE_DELETED,
         CoreError::AddressFull { .. } => condition::RESOURCE_LIMIT_EXCEEDED,
+        CoreError::Denied(_) => condition::UNAUTHORIZED_ACCESS,
+        CoreError::QueueLimit(_) => condition::RESOURCE_LIMIT_EXCEEDED,
     }
 }
 

@@ -12,7 +12,7 @@
 use bytes::Bytes;
 
 use super::env::Env;
-use super::handshake::{self, HandshakeError};
+use super::handshake::{self, HandshakeError, Login};
 use super::link::Consumers;
 use super::options::ContainerClaim;
 pub use super::options::{AmqpOptions, ContainerRegistry};
@@ -25,6 +25,8 @@ use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
 use crate::core::queue::{producers_may_go, PendingAcks, Queue};
+use crate::core::security::audit::{self, LoginOutcome};
+use crate::core::security::Principal;
 use crate::core::{Broker, CoreError};
 use crate::protocol::admission::Ticket;
 use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
@@ -114,12 +116,12 @@ async fn run<S>(
         crate::protocol::read_ahead::IDLE_READ_BUFFER,
     );
     let sasl = tokio::select! {
-        result = handshake::handshake(&mut framed, &broker, options.sasl_timeout) => result,
+        result = handshake::handshake(&mut framed, &broker, options.sasl_timeout, peer) => result,
         // Before `open` there is no AMQP frame to say goodbye with.
         _ = shutdown.recv() => return,
     };
-    let user = match sasl {
-        Ok(user) => user,
+    let login = match sasl {
+        Ok(login) => login,
         Err(e @ (HandshakeError::Closed | HandshakeError::AuthFailed)) => {
             tracing::debug!(error = %e, "handshake ended");
             return;
@@ -129,7 +131,7 @@ async fn run<S>(
             return;
         }
     };
-    tracing::Span::current().record("user", user.as_deref().unwrap_or("anonymous"));
+    tracing::Span::current().record("user", login.user.as_deref().unwrap_or("anonymous"));
     let (sink, deliveries) = crate::core::deliveries::channel();
     let mut io = Io::new(framed, deliveries);
     let mut conn = Connection {
@@ -137,6 +139,7 @@ async fn run<S>(
             broker,
             sink,
             container_id: String::new(),
+            principal: Principal::unrestricted(),
             factory: None,
             max_message_size: options.max_message_size,
             link_credit: options.link_credit,
@@ -161,7 +164,7 @@ async fn run<S>(
         withheld_by: None,
     };
     let opened = tokio::select! {
-        result = conn.open(&mut io, peer, user.as_deref()) => result,
+        result = conn.open(&mut io, peer, &login) => result,
         _ = shutdown.recv() => Err(close_error(condition::CONNECTION_FORCED, "broker shutting down")),
     };
     let error = match opened {
@@ -233,7 +236,7 @@ impl Connection {
         &mut self,
         io: &mut Io<S, AmqpFrameCodec>,
         peer: SocketAddr,
-        user: Option<&str>,
+        login: &Login,
     ) -> Result<bool, ConnError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -264,6 +267,20 @@ impl Connection {
         };
         self.env.container_id = open.container_id.as_str().to_owned();
         tracing::Span::current().record("client", self.env.container_id.as_str());
+        let user = login.user.as_deref();
+        // Logged once the container id is known, so the line says which client it is.
+        audit::login(
+            peer,
+            user,
+            login.mechanism,
+            false,
+            Some(&self.env.container_id),
+            LoginOutcome::Accepted,
+        );
+        self.env.principal =
+            self.env
+                .broker
+                .principal(user, Some(peer), Some(&self.env.container_id));
         let mut reply = self.reply_open();
         reply.channel_max = reply.channel_max.min(open.channel_max);
         match self.options.admission.admit(peer.ip(), user) {

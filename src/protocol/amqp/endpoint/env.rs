@@ -3,6 +3,7 @@
 
 use crate::core::consumer::DeliverySink;
 use crate::core::factory::ConnectionFactory;
+use crate::core::security::Principal;
 use crate::core::Broker;
 
 pub struct Env {
@@ -10,6 +11,8 @@ pub struct Env {
     /// Where the core hands over deliveries for every link of the connection.
     pub sink: DeliverySink,
     pub container_id: String,
+    /// Who the peer logged in as; every link checks its permissions.
+    pub principal: Principal,
     /// The connection factory the peer's `open` (or the acceptor) named.
     pub factory: Option<ConnectionFactory>,
     /// Largest message, over all its transfer frames.

@@ -6,6 +6,7 @@
 //! without SASL is accepted only where anonymous access is. Any other header is answered with
 //! the one we want and the connection closed, as the spec asks.
 
+use crate::core::security::audit::{self, LoginOutcome};
 use crate::core::security::scram::{self, ScramError, ScramSuccess};
 use crate::core::security::ScramHash;
 use crate::core::Broker;
@@ -19,6 +20,7 @@ use crate::protocol::amqp::wire::sasl::{
 use crate::protocol::amqp::wire::types::Symbol;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
@@ -42,6 +44,14 @@ pub enum HandshakeError {
 /// Who the peer authenticated as (`None` = anonymous).
 pub type Principal = Option<String>;
 
+/// A login that succeeded: who, and with which SASL mechanism (`"none"` for a
+/// connection without SASL).
+#[derive(Debug)]
+pub struct Login {
+    pub user: Principal,
+    pub mechanism: &'static str,
+}
+
 async fn next<S>(framed: &mut Framed<S, AmqpFrameCodec>) -> Result<Inbound, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -62,13 +72,17 @@ pub async fn handshake<S>(
     framed: &mut Framed<S, AmqpFrameCodec>,
     broker: &Broker,
     timeout: Duration,
-) -> Result<Principal, HandshakeError>
+    peer: SocketAddr,
+) -> Result<Login, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut awaiting_outcome = false;
-    let result =
-        tokio::time::timeout(timeout, exchange(framed, broker, &mut awaiting_outcome)).await;
+    let result = tokio::time::timeout(
+        timeout,
+        exchange(framed, broker, &mut awaiting_outcome, peer),
+    )
+    .await;
     match result {
         Ok(r) => r,
         Err(_) => {
@@ -91,7 +105,8 @@ async fn exchange<S>(
     framed: &mut Framed<S, AmqpFrameCodec>,
     broker: &Broker,
     awaiting_outcome: &mut bool,
-) -> Result<Principal, HandshakeError>
+    peer: SocketAddr,
+) -> Result<Login, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -107,7 +122,10 @@ where
     };
     if header == ProtocolHeader::AMQP && anonymous {
         framed.send(Outbound::Header(ProtocolHeader::AMQP)).await?;
-        return Ok(None);
+        return Ok(Login {
+            user: None,
+            mechanism: "none",
+        });
     }
     if header != ProtocolHeader::SASL {
         // Answer with the header we would accept, then close (spec 2.2).
@@ -152,9 +170,24 @@ where
         },
     };
     *awaiting_outcome = false;
+    let mechanism = match init.mechanism.as_str() {
+        "PLAIN" => "PLAIN",
+        "ANONYMOUS" => "ANONYMOUS",
+        "SCRAM-SHA-256" => "SCRAM-SHA-256",
+        "SCRAM-SHA-512" => "SCRAM-SHA-512",
+        _ => "unknown",
+    };
     let code = if principal.is_ok() {
         SaslCode::Ok
     } else {
+        audit::login(
+            peer,
+            claimed_user(mechanism, response).as_deref(),
+            mechanism,
+            false,
+            None,
+            LoginOutcome::Refused,
+        );
         // Guessing passwords gets slow; the delay is fixed so it tells nothing.
         tokio::time::sleep(auth.failure_delay()).await;
         SaslCode::Auth
@@ -171,7 +204,10 @@ where
     match next(framed).await? {
         Inbound::Header(h) if h == ProtocolHeader::AMQP => {
             framed.send(Outbound::Header(ProtocolHeader::AMQP)).await?;
-            Ok(principal)
+            Ok(Login {
+                user: principal,
+                mechanism,
+            })
         }
         Inbound::Header(h) => {
             let _ = framed.send(Outbound::Header(ProtocolHeader::AMQP)).await;
@@ -208,6 +244,20 @@ where
         _ => return Err(HandshakeError::Sasl("expected sasl-response")),
     };
     Ok(server.finish(&response.response))
+}
+
+/// The user name a refused login claimed, for the audit log: PLAIN's authcid, SCRAM's
+/// `n=` attribute (RFC 5802, with `=2C` and `=3D` left as sent).
+fn claimed_user(mechanism: &str, response: &[u8]) -> Option<String> {
+    let text = match mechanism {
+        "PLAIN" => response.split(|b| *b == 0).nth(1)?,
+        m if m.starts_with("SCRAM-") => response
+            .split(|b| *b == b',')
+            .skip(2)
+            .find_map(|part| part.strip_prefix(b"n="))?,
+        _ => return None,
+    };
+    std::str::from_utf8(text).ok().map(str::to_owned)
 }
 
 /// PLAIN: `authzid NUL authcid NUL password` (RFC 4616).

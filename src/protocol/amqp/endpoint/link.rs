@@ -12,6 +12,7 @@ use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::Queue;
+use crate::core::security::Principal;
 use crate::core::{Broker, CoreError, RoutingType};
 use crate::protocol::amqp::wire::performatives::sender_credit;
 use bytes::{Bytes, BytesMut};
@@ -213,11 +214,15 @@ impl Route {
     /// The address and destination of the next message; `None` when each
     /// message names its own. A kept queue deleted since (a durable
     /// subscription unsubscribed) is looked up again, as a first send would.
-    pub fn dest(&mut self, broker: &Broker) -> Result<Option<RouteDest<'_>>, CoreError> {
+    pub fn dest(
+        &mut self,
+        broker: &Broker,
+        who: &Principal,
+    ) -> Result<Option<RouteDest<'_>>, CoreError> {
         Ok(match self {
             Route::Queue { name, queue } => {
                 if queue.is_deleted() {
-                    *queue = broker.queue_or_create(name, false)?;
+                    *queue = broker.open_queue(name, who)?;
                 }
                 Some((name.clone(), Dest::Queue(&*queue)))
             }
@@ -246,6 +251,36 @@ pub struct ReceiverLink {
     /// The queue whose producers must wait (BLOCK policy, memory limit
     /// reached): no credit is granted until it lets them go.
     pub withheld: Option<Arc<Queue>>,
+    /// Anonymous relay: addresses this link was allowed to send to lately.
+    pub relay_allowed: RelayAllowed,
+}
+
+/// The last few addresses an anonymous-relay link was allowed to send to, so a
+/// producer cycling through a handful of destinations is checked once per
+/// destination, not once per message.
+#[derive(Debug, Default)]
+pub struct RelayAllowed {
+    recent: Vec<(Arc<str>, RoutingType)>,
+    next: usize,
+}
+
+impl RelayAllowed {
+    const SIZE: usize = 8;
+
+    pub fn contains(&self, address: &str, routing: RoutingType) -> bool {
+        self.recent
+            .iter()
+            .any(|(a, r)| **a == *address && *r == routing)
+    }
+
+    pub fn insert(&mut self, address: Arc<str>, routing: RoutingType) {
+        if self.recent.len() < Self::SIZE {
+            self.recent.push((address, routing));
+        } else {
+            self.recent[self.next] = (address, routing);
+            self.next = (self.next + 1) % Self::SIZE;
+        }
+    }
 }
 
 impl ReceiverLink {
@@ -290,7 +325,9 @@ mod tests {
             name: name.clone(),
             queue: first.clone(),
         };
-        let Ok(Some((_, Dest::Queue(q)))) = route.dest(&broker) else {
+        let Ok(Some((_, Dest::Queue(q)))) =
+            route.dest(&broker, &crate::core::security::Principal::unrestricted())
+        else {
             panic!("anycast route gives its queue");
         };
         assert!(Arc::ptr_eq(q, &first), "kept, not looked up");
@@ -301,7 +338,7 @@ mod tests {
         // Looked up again by name, which no client may send to: refused, not
         // accepted into a queue nobody will read.
         assert!(matches!(
-            route.dest(&broker),
+            route.dest(&broker, &crate::core::security::Principal::unrestricted()),
             Err(CoreError::InvalidAddress(_))
         ));
     }

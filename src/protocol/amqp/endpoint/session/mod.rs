@@ -12,6 +12,7 @@ mod send;
 pub use send::CoreDrain;
 
 use super::attach;
+use super::condition::core_condition;
 use super::env::Env;
 use super::link::{Consumers, ReceiverLink, SenderLink};
 use super::outgoing::Outgoing;
@@ -230,7 +231,24 @@ impl Session {
             drop(link);
             if let (true, Some((topic, name))) = (detach.closed, durable) {
                 if queue.stats().consumers == 0 {
-                    env.broker.delete_durable_subscription(&topic, &name);
+                    let deleted =
+                        env.broker
+                            .delete_durable_subscription_as(&topic, &name, &env.principal);
+                    if let Err(e) = deleted {
+                        // The subscription stays; the peer hears why.
+                        out.frame(
+                            self.channel,
+                            Detach {
+                                handle,
+                                closed: true,
+                                error: Some(AmqpError::new(
+                                    core_condition(&e),
+                                    Some(&e.to_string()),
+                                )),
+                            },
+                        );
+                        return Ok(());
+                    }
                 }
             }
         } else if self.receivers.remove(&handle).is_none() {

@@ -4,7 +4,7 @@
 
 use super::{session_error, Session, SessionError, INCOMING_WINDOW};
 use crate::core::message::now_ms;
-use crate::core::{Broker, CoreError, Receipt, TransactionError};
+use crate::core::{Broker, CoreError, Receipt, RoutingType, TransactionError};
 use crate::protocol::amqp::endpoint::condition::{core_rejection, rejected};
 use crate::protocol::amqp::endpoint::convert;
 use crate::protocol::amqp::endpoint::env::Env;
@@ -262,7 +262,7 @@ impl Session {
             self.flush_sends(&env.broker, out, waits);
             return self.coordinate(&env.broker, txns, waits, arrived, view);
         }
-        let (address, dest) = match link.route.dest(&env.broker) {
+        let (address, dest) = match link.route.dest(&env.broker, &env.principal) {
             Err(e) => return Some(core_rejection(&e)),
             Ok(Some(x)) => x,
             Ok(None) => {
@@ -280,6 +280,33 @@ impl Session {
                         .map(|(_, v)| v)
                 });
                 let node = terminus::resolve_relay(to.as_str(), jms_dest);
+                if env.principal.is_restricted()
+                    && !link.relay_allowed.contains(&node.name, node.routing)
+                {
+                    // Each message names its own address: checked here, once per
+                    // address the link sends to lately.
+                    let who = &env.principal;
+                    let allowed = env.broker.may_send(&node.name, node.routing, who);
+                    // A queue made by the first message counts against its user's limit.
+                    let opened = allowed.and_then(|()| match node.routing {
+                        RoutingType::Anycast => env.broker.open_queue(&node.name, who).map(drop),
+                        RoutingType::Multicast => Ok(()),
+                    });
+                    if let Err(e) = opened {
+                        let rejection = core_rejection(&e);
+                        let Some(id) = txn else {
+                            return Some(rejection);
+                        };
+                        // Inside a transaction: it is doomed, and the outcome says
+                        // which transaction the refusal belongs to.
+                        refuse_in(txns, Some(id), e.to_string());
+                        return Some(DeliveryState::TransactionalState {
+                            txn_id: id.clone(),
+                            outcome: Some(Box::new(rejection)),
+                        });
+                    }
+                    link.relay_allowed.insert(node.name.clone(), node.routing);
+                }
                 (node.name, Dest::Routed(node.routing))
             }
         };
