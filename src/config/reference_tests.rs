@@ -12,7 +12,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawLimits,
-    RawQueue, RawSecurity, RawSettings, RawStore, RawUser,
+    RawQueue, RawSecurity, RawSettings, RawStore, RawTls, RawUser,
 };
 
 const REFERENCE: &str = include_str!("../../config/weir.toml");
@@ -71,6 +71,7 @@ fn sections() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("limits", accepted::<RawLimits>()),
         ("users", accepted::<RawUser>()),
         ("security", accepted::<RawSecurity>()),
+        ("tls", accepted::<RawTls>()),
         ("queue_defaults", accepted::<RawSettings>()),
         ("address_settings.*", accepted::<RawSettings>()),
         ("queues", queue),

@@ -287,11 +287,12 @@ where
 
 /// The span every log line of a connection runs in; the protocol fills in `user` and
 /// `client` (STOMP client-id, AMQP container-id) once its handshake says them.
-pub fn connection_span(peer: std::net::SocketAddr, protocol: &'static str) -> tracing::Span {
+pub fn connection_span(peer: &super::Peer, protocol: &'static str) -> tracing::Span {
     tracing::info_span!(
         "conn",
-        %peer,
+        peer = %peer.addr,
         protocol,
+        tls = peer.tls,
         user = tracing::field::Empty,
         client = tracing::field::Empty,
     )

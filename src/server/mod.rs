@@ -1,7 +1,8 @@
 //! Wires config, store, core and protocols together: acceptors, a connection
-//! limit, protocol sniffing on shared ports, and graceful shutdown.
+//! limit, TLS, protocol sniffing on shared ports, and graceful shutdown.
 
 mod sniff;
+pub mod tls;
 
 use crate::config::{self, Config, Listener, Protocol};
 use crate::core::factory::ConnectionFactory;
@@ -11,10 +12,14 @@ use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
+use crate::protocol::Peer;
 use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
+use bytes::Bytes;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tls::{Rewind, TlsContext, TlsError};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, Semaphore};
 
@@ -43,6 +48,8 @@ pub enum ServerError {
     },
     #[error("cannot load the users: {0}")]
     Users(#[from] CredentialError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -55,6 +62,7 @@ pub struct Server {
     open: mpsc::Sender<()>,
     closed: mpsc::Receiver<()>,
     shutdown_timeout: Duration,
+    tls: Option<Arc<TlsContext>>,
 }
 
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -120,14 +128,15 @@ fn authenticator(config: &Config) -> Result<Authenticator, CredentialError> {
             );
         }
     }
-    Authenticator::new(
+    Ok(Authenticator::new(
         config
             .users()
             .iter()
             .map(|u| (u.name.clone(), u.secret.clone())),
         config.allow_anonymous(),
         config.security().login_failure_delay,
-    )
+    )?
+    .require_tls_for_passwords(config.security().require_tls_for_passwords))
 }
 
 fn stomp_options(config: &Config, admission: Admission) -> StompOptions {
@@ -183,6 +192,11 @@ fn transaction_limits(limits: &config::Limits) -> TransactionLimits {
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
+        let tls = config
+            .tls()
+            .map(TlsContext::load)
+            .transpose()?
+            .map(Arc::new);
         let (shutdown, _) = broadcast::channel(1);
         let limits = config.limits();
         let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));
@@ -205,15 +219,23 @@ impl Server {
                         source,
                     })?;
             let addr = socket.local_addr().unwrap_or(listener.bind);
-            tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, "listening");
+            tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, tls = listener.tls, "listening");
             bound.push((listener.name.clone(), addr));
             let mut stomp = stomp_options(config, admission.clone());
             stomp.connection_factory = listener.connection_factory.clone();
             let mut amqp = amqp_options(config, containers.clone(), admission.clone());
             amqp.connection_factory = listener.connection_factory.clone();
+            let tls = match (&tls, listener.tls) {
+                (Some(context), true) => TlsMode::Listener(context.clone()),
+                (context, _) => TlsMode::Plain {
+                    upgrade: context.clone(),
+                },
+            };
             let acceptor = Acceptor {
                 broker: broker.clone(),
                 listener,
+                tls,
+                handshake_timeout: limits.connect_timeout,
                 stomp,
                 amqp,
                 permits: permits.clone(),
@@ -230,7 +252,24 @@ impl Server {
             open,
             closed,
             shutdown_timeout: config.broker().shutdown_timeout,
+            tls,
         })
+    }
+
+    /// Reads the TLS certificate, key and CA files again (on SIGHUP): new connections use
+    /// them; if they are bad, one error line and the previous ones stay.
+    pub fn reload_tls(&self) {
+        let Some(tls) = &self.tls else {
+            tracing::info!("no [tls] section: nothing to reload");
+            return;
+        };
+        match tls.reload() {
+            Ok(()) => tracing::info!(
+                cert = %tls.settings().cert_file.display(),
+                "TLS certificates reloaded; new connections use them"
+            ),
+            Err(e) => tracing::error!("{e}; keeping the previous certificate"),
+        }
     }
 
     /// Stops accepting, tells every connection to close (each says goodbye in its
@@ -264,9 +303,21 @@ impl Server {
     }
 }
 
+/// How a listener's connections use TLS.
+#[derive(Clone)]
+enum TlsMode {
+    /// Every connection starts with a TLS handshake.
+    Listener(Arc<TlsContext>),
+    /// Plain TCP; with a `[tls]` section, AMQP clients may ask to upgrade (`AMQP 2 1 0 0`).
+    Plain { upgrade: Option<Arc<TlsContext>> },
+}
+
 struct Acceptor {
     broker: Broker,
     listener: Listener,
+    tls: TlsMode,
+    /// The TLS handshake must be done within this.
+    handshake_timeout: Duration,
     stomp: StompOptions,
     amqp: AmqpOptions,
     permits: Arc<Semaphore>,
@@ -304,8 +355,16 @@ impl Acceptor {
             let protocols = self.listener.protocols.clone();
             let shutdown = self.shutdown.subscribe();
             let open = self.open.clone();
+            let tls = self.tls.clone();
+            let handshake_timeout = self.handshake_timeout;
             tokio::spawn(async move {
-                serve_connection(stream, peer, broker, &protocols, (stomp, amqp), shutdown).await;
+                let options = Options {
+                    broker,
+                    stomp,
+                    amqp,
+                    handshake_timeout,
+                };
+                serve_connection(stream, peer, &protocols, tls, options, shutdown).await;
                 drop(permit);
                 drop(open);
             });
@@ -313,14 +372,47 @@ impl Acceptor {
     }
 }
 
+/// What a connection is served with.
+struct Options {
+    broker: Broker,
+    stomp: StompOptions,
+    amqp: AmqpOptions,
+    handshake_timeout: Duration,
+}
+
 async fn serve_connection(
     stream: TcpStream,
-    peer: SocketAddr,
-    broker: Broker,
+    addr: SocketAddr,
     protocols: &[Protocol],
-    (stomp, amqp): (StompOptions, AmqpOptions),
+    tls: TlsMode,
+    options: Options,
     mut shutdown: broadcast::Receiver<()>,
 ) {
+    let upgrade = match tls {
+        TlsMode::Listener(context) => {
+            let Some((mut stream, peer)) =
+                accept_tls(stream, addr, &context, &options, &mut shutdown).await
+            else {
+                return;
+            };
+            let (protocol, head) = match protocols {
+                [only] => (*only, Bytes::new()),
+                _ => {
+                    let sniffed = tokio::select! {
+                        sniffed = sniff::sniff_read(&mut stream) => sniffed,
+                        _ = shutdown.recv() => None,
+                    };
+                    match sniffed {
+                        Some(sniffed) => sniffed,
+                        None => return,
+                    }
+                }
+            };
+            let stream = Rewind::new(stream, head);
+            return serve(stream, peer, protocol, options, shutdown).await;
+        }
+        TlsMode::Plain { upgrade } => upgrade,
+    };
     let protocol = match protocols {
         [only] => *only,
         _ => {
@@ -335,6 +427,102 @@ async fn serve_connection(
             }
         }
     };
+    if let (Protocol::Amqp, Some(context)) = (protocol, upgrade) {
+        let requested = tokio::select! {
+            requested = sniff::amqp_tls_requested(&stream) => requested,
+            _ = shutdown.recv() => return,
+        };
+        if requested {
+            let Some(stream) = agree_amqp_tls(stream, addr).await else {
+                return;
+            };
+            let Some((stream, peer)) =
+                accept_tls(stream, addr, &context, &options, &mut shutdown).await
+            else {
+                return;
+            };
+            let stream = Rewind::new(stream, Bytes::new());
+            return serve(stream, peer, protocol, options, shutdown).await;
+        }
+    }
+    serve(stream, Peer::plain(addr), protocol, options, shutdown).await;
+}
+
+/// A TLS stream, as every TLS connection is served (one type for all: the protocols'
+/// code is compiled once for plain TCP and once for this).
+type TlsStream = tokio_rustls::server::TlsStream<TcpStream>;
+
+/// The TLS handshake, with the current certificate, and who the client's verified
+/// certificate names. `None` when it failed (logged) or the broker is stopping.
+async fn accept_tls(
+    stream: TcpStream,
+    addr: SocketAddr,
+    context: &TlsContext,
+    options: &Options,
+    shutdown: &mut broadcast::Receiver<()>,
+) -> Option<(TlsStream, Peer)> {
+    let handshake =
+        tokio::time::timeout(options.handshake_timeout, context.acceptor().accept(stream));
+    let stream = tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => {
+                tracing::info!(peer = %addr, error = %e, "TLS handshake failed");
+                return None;
+            }
+            Err(_) => {
+                tracing::info!(peer = %addr, timeout = ?options.handshake_timeout, "TLS handshake not done in time");
+                return None;
+            }
+        },
+        _ = shutdown.recv() => return None,
+    };
+    let certified_user = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| tls::certified_user(chain, context.settings().external_user));
+    let peer = Peer {
+        addr,
+        tls: true,
+        certified_user,
+    };
+    Some((stream, peer))
+}
+
+/// AMQP's TLS upgrade (part 5.2.1): the client's TLS header is taken and answered with
+/// ours; the TLS handshake follows on the same socket.
+async fn agree_amqp_tls(mut stream: TcpStream, addr: SocketAddr) -> Option<TcpStream> {
+    let mut header = [0u8; 8];
+    let agreed = async {
+        stream.read_exact(&mut header).await?;
+        stream.write_all(&sniff::AMQP_TLS_HEADER).await
+    };
+    match tokio::time::timeout(Duration::from_secs(5), agreed).await {
+        Ok(Ok(())) => Some(stream),
+        _ => {
+            tracing::debug!(peer = %addr, "AMQP TLS upgrade: the client left");
+            None
+        }
+    }
+}
+
+/// Hands the connection to its protocol.
+async fn serve<S>(
+    stream: S,
+    peer: Peer,
+    protocol: Protocol,
+    options: Options,
+    shutdown: broadcast::Receiver<()>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
+    let Options {
+        broker,
+        stomp,
+        amqp,
+        ..
+    } = options;
     match protocol {
         Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
         Protocol::Amqp => amqp::serve(stream, peer, broker, amqp, shutdown).await,

@@ -33,6 +33,7 @@ use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
 use crate::protocol::driver::{self, ClientFaults, Ending, Io, ReadItem, Timing};
+use crate::protocol::Peer;
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::ops::ControlFlow;
@@ -86,14 +87,14 @@ impl From<AmqpCodecError> for Stop {
 
 pub async fn serve<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: AmqpOptions,
     shutdown: broadcast::Receiver<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let span = driver::connection_span(peer, "amqp");
+    let span = driver::connection_span(&peer, "amqp");
     run(io, peer, broker, options, shutdown)
         .instrument(span)
         .await
@@ -101,7 +102,7 @@ pub async fn serve<S>(
 
 async fn run<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: AmqpOptions,
     mut shutdown: broadcast::Receiver<()>,
@@ -114,7 +115,7 @@ async fn run<S>(
         crate::protocol::read_ahead::IDLE_READ_BUFFER,
     );
     let sasl = tokio::select! {
-        result = handshake::handshake(&mut framed, &broker, options.sasl_timeout) => result,
+        result = handshake::handshake(&mut framed, &broker, &peer, options.sasl_timeout) => result,
         // Before `open` there is no AMQP frame to say goodbye with.
         _ = shutdown.recv() => return,
     };
@@ -161,7 +162,7 @@ async fn run<S>(
         withheld_by: None,
     };
     let opened = tokio::select! {
-        result = conn.open(&mut io, peer, user.as_deref()) => result,
+        result = conn.open(&mut io, peer.addr, user.as_deref()) => result,
         _ = shutdown.recv() => Err(close_error(condition::CONNECTION_FORCED, "broker shutting down")),
     };
     let error = match opened {
