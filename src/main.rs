@@ -114,13 +114,13 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The TLS files are part of what a config check checks, and a bad one stops the start
+    // before the store is opened.
+    if let Some(Err(e)) = config.tls().map(server::tls::TlsContext::load) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
     if args.check_config {
-        if let Some(tls) = config.tls() {
-            if let Err(e) = server::tls::TlsContext::load(tls) {
-                eprintln!("{e}");
-                return ExitCode::from(2);
-            }
-        }
         println!("config ok");
         return ExitCode::SUCCESS;
     }

@@ -466,6 +466,11 @@ async fn accept_tls(
     let stream = tokio::select! {
         done = handshake => match done {
             Ok(Ok(stream)) => stream,
+            // A port probe or health check: connected, said nothing, left.
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                tracing::debug!(peer = %addr, "closed before the TLS handshake");
+                return None;
+            }
             Ok(Err(e)) => {
                 tracing::info!(peer = %addr, error = %e, "TLS handshake failed");
                 return None;
