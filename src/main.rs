@@ -114,6 +114,12 @@ fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // The TLS files are part of what a config check checks, and a bad one stops the start
+    // before the store is opened.
+    if let Some(Err(e)) = config.tls().map(server::tls::TlsContext::load) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
     if args.check_config {
         println!("config ok");
         return ExitCode::SUCCESS;
@@ -146,7 +152,7 @@ fn serve(args: ServeArgs) -> ExitCode {
             }
         };
         let nudge = tokio::spawn(memory::nudge_idle_workers());
-        wait_for_signal().await;
+        wait_for_signal(&server).await;
         nudge.abort();
         tracing::info!("shutting down");
         let drained = server.stop().await;
@@ -157,17 +163,25 @@ fn serve(args: ServeArgs) -> ExitCode {
     })
 }
 
-async fn wait_for_signal() {
+/// Until SIGTERM or SIGINT; SIGHUP reloads the TLS certificates meanwhile.
+async fn wait_for_signal(server: &Server) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        if let (Ok(mut term), Ok(mut hangup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => return,
+                    _ = term.recv() => return,
+                    _ = hangup.recv() => server.reload_tls(),
+                }
             }
-            return;
         }
     }
+    #[cfg(not(unix))]
+    let _ = server;
     let _ = tokio::signal::ctrl_c().await;
 }

@@ -19,12 +19,12 @@ use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
     RawAcceptors, RawAddressFullPolicy, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory,
     RawDelayOverMax, RawDuration, RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore,
-    RawTimeLimit, RawUser,
+    RawTimeLimit, RawTls, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
-    Acceptors, Access, BrokerConfig, Config, ConnectionFactory, FsyncPolicy, Limits, Listener,
-    Security, StoreConfig, User,
+    Acceptors, Access, BrokerConfig, ClientAuth, Config, ConnectionFactory, ExternalUser,
+    FsyncPolicy, Limits, Listener, Security, StoreConfig, Tls, User,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
@@ -49,7 +49,8 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     let limits = limits(&raw.limits)?;
     let store = store(&raw.store)?;
     let connection_factories = connection_factories(raw.connection_factories)?;
-    let acceptors = acceptors(raw.acceptors, &connection_factories)?;
+    let tls = raw.tls.map(tls).transpose()?;
+    let acceptors = acceptors(raw.acceptors, &connection_factories, tls.is_some())?;
     let security = security(raw.users, &raw.security)?;
     if raw.grouping_handler.is_some() {
         return Err(refuse_grouping_handler());
@@ -119,6 +120,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         store,
         limits,
         security,
+        tls,
         connection_factories,
         settings,
         queues,
@@ -460,7 +462,12 @@ fn connection_factories(
         .collect()
 }
 
-fn acceptors(raw: RawAcceptors, factories: &[ConnectionFactory]) -> Result<Acceptors, ConfigError> {
+/// `tls_configured`: there is a `[tls]` section for listeners with `tls = true`.
+fn acceptors(
+    raw: RawAcceptors,
+    factories: &[ConnectionFactory],
+    tls_configured: bool,
+) -> Result<Acceptors, ConfigError> {
     let key = KeyPath::root("acceptors");
     let main = |text: Option<String>, default: &str, field: &str| match text {
         None => socket_addr(default, &key.field(field)).map(Some),
@@ -529,11 +536,18 @@ fn acceptors(raw: RawAcceptors, factories: &[ConnectionFactory]) -> Result<Accep
                 ));
             }
         }
+        if e.tls && !tls_configured {
+            return Err(ConfigError::key(
+                ekey.field("tls"),
+                Problem::TlsWithoutIdentity,
+            ));
+        }
         extra.push(Listener {
             name: e.name,
             bind,
             protocols,
             connection_factory: e.connection_factory,
+            tls: e.tls,
         });
     }
     Ok(Acceptors { stomp, amqp, extra })
@@ -617,6 +631,7 @@ fn security(users: Vec<RawUser>, raw: &RawSecurity) -> Result<Security, ConfigEr
         users: out,
         login_failure_delay,
         access,
+        require_tls_for_passwords: raw.require_tls_for_passwords.unwrap_or(false),
     })
 }
 
@@ -685,6 +700,39 @@ fn access(users: &[User], raw: &RawSecurity) -> Result<Access, ConfigError> {
         permissions,
         users: policies,
         anonymous_roles,
+    })
+}
+
+/// The files must be named here; whether they hold a usable identity is checked when the
+/// server loads them (at start and on SIGHUP).
+fn tls(raw: RawTls) -> Result<Tls, ConfigError> {
+    let key = KeyPath::root("tls");
+    let file = |value: Option<PathBuf>, name: &str| match value {
+        None => Err(ConfigError::key(
+            key.field(name),
+            Problem::Schema(format!("missing: [tls] needs `{name}`")),
+        )),
+        Some(p) if p.as_os_str().is_empty() => {
+            Err(ConfigError::key(key.field(name), Problem::Empty))
+        }
+        Some(p) => Ok(p),
+    };
+    let cert_file = file(raw.cert_file, "cert_file")?;
+    let key_file = file(raw.key_file, "key_file")?;
+    let ca_file = raw.ca_file.map(|p| file(Some(p), "ca_file")).transpose()?;
+    let client_auth = raw.client_auth.unwrap_or(ClientAuth::None);
+    if client_auth != ClientAuth::None && ca_file.is_none() {
+        return Err(ConfigError::key(
+            key.field("client_auth"),
+            Problem::ClientAuthWithoutCa,
+        ));
+    }
+    Ok(Tls {
+        cert_file,
+        key_file,
+        ca_file,
+        client_auth,
+        external_user: raw.external_user.unwrap_or(ExternalUser::Cn),
     })
 }
 

@@ -86,6 +86,10 @@ pub enum Problem {
     BadPattern(String),
     #[error("\"{0}\" contains a * or # word; a declared queue needs a literal name")]
     WildcardQueueName(String),
+    #[error("needs a [tls] section with cert_file and key_file")]
+    TlsWithoutIdentity,
+    #[error("needs ca_file: the CAs whose client certificates are trusted")]
+    ClientAuthWithoutCa,
     /// A section Weir reads but cannot act on yet; refused rather than ignored.
     #[error("not supported yet ({0})")]
     NotSupportedYet(&'static str),

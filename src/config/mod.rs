@@ -35,6 +35,7 @@ pub struct Config {
     store: StoreConfig,
     limits: Limits,
     security: Security,
+    tls: Option<Tls>,
     connection_factories: Vec<ConnectionFactory>,
     settings: SettingsTable,
     queues: Vec<String>,
@@ -72,6 +73,8 @@ pub struct Listener {
     pub protocols: Vec<Protocol>,
     /// Name of a [`ConnectionFactory`] applied to connections accepted here; checked to exist.
     pub connection_factory: Option<String>,
+    /// Every connection starts with a TLS handshake (with the `[tls]` identity, checked to exist).
+    pub tls: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -187,6 +190,8 @@ pub struct Security {
     /// How long a failed login waits before it is refused.
     pub login_failure_delay: Duration,
     pub access: Access,
+    /// Refuse SASL PLAIN and STOMP passcodes on connections without TLS.
+    pub require_tls_for_passwords: bool,
 }
 
 /// Roles and permissions, resolved to the form the broker checks.
@@ -195,6 +200,45 @@ pub struct Access {
     pub permissions: Permissions,
     pub users: HashMap<String, UserPolicy>,
     pub anonymous_roles: RoleSet,
+}
+
+/// The `[tls]` section: the broker's identity and how clients prove theirs. The files are
+/// read when the server starts and again on SIGHUP, not with the config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    /// PEM: the broker's certificate, then any intermediates.
+    pub cert_file: PathBuf,
+    /// PEM: the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// PEM: the CAs whose client certificates are trusted.
+    pub ca_file: Option<PathBuf>,
+    pub client_auth: ClientAuth,
+    pub external_user: ExternalUser,
+}
+
+/// Whether a TLS client must show a certificate signed by a CA of `ca_file`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    /// No certificate is asked for.
+    None,
+    /// Asked for; a client without one may still log in otherwise, a bad one is refused.
+    Optional,
+    /// A client without a trusted certificate is refused in the TLS handshake.
+    Required,
+}
+
+/// Which name of a verified client certificate is the user it logs in as (SASL EXTERNAL, or
+/// a STOMP CONNECT without `login`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExternalUser {
+    /// The subject's common name.
+    Cn,
+    /// The first DNS name among the subject alternative names.
+    SanDns,
+    /// The first e-mail address (rfc822Name) among the subject alternative names.
+    SanEmail,
 }
 
 /// Artemis-style client defaults for message grouping, picked by a listener by name.
@@ -270,6 +314,7 @@ impl Config {
                     bind,
                     protocols: vec![protocol],
                     connection_factory: None,
+                    tls: false,
                 })
             })
             .chain(self.acceptors.extra.iter().cloned())
@@ -290,6 +335,11 @@ impl Config {
 
     pub fn users(&self) -> &[User] {
         &self.security.users
+    }
+
+    /// The `[tls]` section, when there is one.
+    pub fn tls(&self) -> Option<&Tls> {
+        self.tls.as_ref()
     }
 
     pub fn allow_anonymous(&self) -> bool {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use super::Protocol;
+use super::{ClientAuth, ExternalUser, Protocol};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -23,6 +23,8 @@ pub(super) struct RawConfig {
     pub address_settings: BTreeMap<String, RawSettings>,
     pub queues: Vec<RawQueue>,
     pub connection_factories: BTreeMap<String, RawConnectionFactory>,
+    /// Present (even empty) means TLS is configured; `convert` then asks for the files.
+    pub tls: Option<RawTls>,
     /// Read only to be refused: see `convert::refuse_grouping_handler`.
     pub grouping_handler: Option<de::IgnoredAny>,
 }
@@ -56,6 +58,8 @@ pub(super) struct RawExtraAcceptor {
     pub protocols: Vec<Protocol>,
     #[serde(default)]
     pub connection_factory: Option<String>,
+    #[serde(default)]
+    pub tls: bool,
 }
 
 fn both_protocols() -> Vec<Protocol> {
@@ -128,6 +132,7 @@ pub(super) struct RawSecurity {
     pub login_failure_delay: Option<RawDuration>,
     pub anonymous_roles: Vec<String>,
     pub permissions: BTreeMap<String, RawPermissions>,
+    pub require_tls_for_passwords: Option<bool>,
 }
 
 /// The roles granted each permission at one address pattern; absent grants nobody.
@@ -161,6 +166,16 @@ impl RawPermissions {
             (P::Manage, &self.manage),
         ]
     }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawTls {
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+    pub client_auth: Option<ClientAuth>,
+    pub external_user: Option<ExternalUser>,
 }
 
 #[derive(Debug, Default, Deserialize)]

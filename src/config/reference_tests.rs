@@ -12,7 +12,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawLimits,
-    RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawUser,
+    RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawTls, RawUser,
 };
 
 const REFERENCE: &str = include_str!("../../config/weir.toml");
@@ -72,6 +72,7 @@ fn sections() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("users", accepted::<RawUser>()),
         ("security", accepted::<RawSecurity>()),
         ("security.permissions.*", accepted::<RawPermissions>()),
+        ("tls", accepted::<RawTls>()),
         ("queue_defaults", accepted::<RawSettings>()),
         ("address_settings.*", accepted::<RawSettings>()),
         ("queues", queue),

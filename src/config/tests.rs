@@ -713,3 +713,64 @@ fn anonymous_roles_and_per_user_limits_are_read() {
     assert_ne!(c.security().access.anonymous_roles, Default::default());
     assert!(!load("").security().allow_anonymous_set);
 }
+
+#[test]
+fn reference_tls_examples_parse_when_uncommented() {
+    let start = REFERENCE
+        .find("# [[acceptors.extra]]\n# name = \"stomp-tls\"")
+        .unwrap();
+    let end = REFERENCE[start..].find("\n\n[store]").unwrap() + start;
+    let tls_start = REFERENCE.find("# [tls]\n").unwrap();
+    let tls_end = REFERENCE[tls_start..].find("\n\n").unwrap() + tls_start;
+    let uncomment = |text: &str| {
+        text.lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l.trim_start_matches('#')))
+            .filter(|l| l.starts_with('[') || l.contains(" = "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let text = format!(
+        "{}\n{}\n{}",
+        &REFERENCE[..tls_start],
+        uncomment(&REFERENCE[tls_start..tls_end]),
+        &REFERENCE[tls_end..]
+    );
+    let text = text.replacen(
+        &REFERENCE[start..end],
+        &uncomment(&REFERENCE[start..end]),
+        1,
+    );
+    let c = load(&text);
+    let tls: Vec<_> = c.listeners().into_iter().filter(|l| l.tls).collect();
+    assert_eq!(tls.len(), 2, "the stomp-tls and amqps examples");
+    assert_eq!(tls[0].bind.port(), 61614);
+    assert_eq!(tls[1].bind.port(), 5671);
+    let settings = c.tls().expect("the [tls] example");
+    assert_eq!(settings.cert_file, Path::new("/etc/weir/tls/broker.crt"));
+    assert_eq!(settings.client_auth, ClientAuth::None);
+    assert_eq!(settings.external_user, ExternalUser::Cn);
+}
+
+#[test]
+fn tls_settings_are_checked() {
+    let tls = "[tls]\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\n";
+    let listener = "[[acceptors.extra]]\nname = \"s\"\nbind = \"127.0.0.1:61614\"\ntls = true\n";
+    assert!(error(listener).contains("acceptors.extra[0].tls: needs a [tls] section"));
+    let c = load(&format!(
+        "{tls}ca_file = \"ca.pem\"\nclient_auth = \"required\"\nexternal_user = \"san_email\"\n{listener}"
+    ));
+    assert!(c.listeners().iter().any(|l| l.tls));
+    let settings = c.tls().unwrap();
+    assert_eq!(settings.client_auth, ClientAuth::Required);
+    assert_eq!(settings.external_user, ExternalUser::SanEmail);
+    assert!(error(&format!("{tls}client_auth = \"optional\"\n"))
+        .contains("tls.client_auth: needs ca_file"));
+    assert!(error("[tls]\nkey_file = \"k.pem\"\n").contains("tls.cert_file"));
+    assert!(error(&format!("{tls}client_auth = \"maybe\"\n")).contains("tls.client_auth"));
+    assert!(!load("").security().require_tls_for_passwords);
+    assert!(
+        load("[security]\nrequire_tls_for_passwords = true\n")
+            .security()
+            .require_tls_for_passwords
+    );
+}

@@ -7,8 +7,10 @@
 //! up to [`MAX_READ_BATCH`] frames read per wake-up with the consumers they feed woken
 //! once, deliveries taken while more are ready, and one flush per wake-up.
 //!
-//! The driver runs over any byte stream (TCP, a stream whose first bytes a sniffer
-//! peeked, a WebSocket's), and nothing in it allocates per frame.
+//! The driver is generic over its byte stream, so each kind is compiled on its own and
+//! plain TCP pays nothing for the others: `TcpStream` itself, and TLS over it (a
+//! `Rewind<TlsStream>` that gives back the bytes a protocol sniffer read). Nothing in it
+//! allocates per frame.
 
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::{Deliveries, WakeBatch};
@@ -287,11 +289,12 @@ where
 
 /// The span every log line of a connection runs in; the protocol fills in `user` and
 /// `client` (STOMP client-id, AMQP container-id) once its handshake says them.
-pub fn connection_span(peer: std::net::SocketAddr, protocol: &'static str) -> tracing::Span {
+pub fn connection_span(peer: &super::Peer, protocol: &'static str) -> tracing::Span {
     tracing::info_span!(
         "conn",
-        %peer,
+        peer = %peer.addr,
         protocol,
+        tls = peer.tls,
         user = tracing::field::Empty,
         client = tracing::field::Empty,
     )

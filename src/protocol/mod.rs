@@ -5,6 +5,8 @@ pub mod admission;
 pub mod amqp;
 pub mod driver;
 pub mod fairness;
+mod peer;
 pub mod stomp;
 
+pub use peer::Peer;
 pub use weir_wire::{read_ahead, write_parts};

@@ -1,21 +1,25 @@
 //! Wires config, store, core and protocols together: acceptors, a connection
-//! limit, protocol sniffing on shared ports, and graceful shutdown.
+//! limit, TLS, protocol sniffing on shared ports, and graceful shutdown.
 
+mod connection;
 mod sniff;
+pub mod tls;
 
-use crate::config::{self, Config, Listener, Protocol};
+use crate::config::{self, Config, Listener};
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::security::{Authenticator, Authorizer, CredentialError, Secret};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, AdmissionLimits};
-use crate::protocol::amqp::{self, AmqpOptions, ContainerRegistry};
+use crate::protocol::amqp::{AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
+use connection::{Options, TlsMode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tls::{TlsContext, TlsError};
+use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, Semaphore};
 
 /// Sockets beyond `max_connections` that may be in their handshake at once, most of them
@@ -49,6 +53,8 @@ pub enum ServerError {
          under [security] to accept anonymous clients from the network"
     )]
     AnonymousExposed { name: String, addr: SocketAddr },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -61,6 +67,7 @@ pub struct Server {
     open: mpsc::Sender<()>,
     closed: mpsc::Receiver<()>,
     shutdown_timeout: Duration,
+    tls: Option<Arc<TlsContext>>,
 }
 
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -127,14 +134,15 @@ fn authenticator(config: &Config) -> Result<Authenticator, CredentialError> {
             );
         }
     }
-    Authenticator::new(
+    Ok(Authenticator::new(
         config
             .users()
             .iter()
             .map(|u| (u.name.clone(), u.secret.clone())),
         config.allow_anonymous(),
         config.security().login_failure_delay,
-    )
+    )?
+    .require_tls_for_passwords(config.security().require_tls_for_passwords))
 }
 
 fn authorizer(config: &Config) -> Authorizer {
@@ -233,6 +241,11 @@ impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
         check_anonymous_exposure(config)?;
+        let tls = config
+            .tls()
+            .map(TlsContext::load)
+            .transpose()?
+            .map(Arc::new);
         let (shutdown, _) = broadcast::channel(1);
         let limits = config.limits();
         let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));
@@ -263,15 +276,23 @@ impl Server {
                         source,
                     })?;
             let addr = socket.local_addr().unwrap_or(listener.bind);
-            tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, "listening");
+            tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, tls = listener.tls, "listening");
             bound.push((listener.name.clone(), addr));
             let mut stomp = stomp_options(config, admission.clone());
             stomp.connection_factory = listener.connection_factory.clone();
             let mut amqp = amqp_options(config, containers.clone(), admission.clone());
             amqp.connection_factory = listener.connection_factory.clone();
+            let tls = match (&tls, listener.tls) {
+                (Some(context), true) => TlsMode::Listener(context.clone()),
+                (context, _) => TlsMode::Plain {
+                    upgrade: context.clone(),
+                },
+            };
             let acceptor = Acceptor {
                 broker: broker.clone(),
                 listener,
+                tls,
+                handshake_timeout: limits.connect_timeout,
                 stomp,
                 amqp,
                 permits: permits.clone(),
@@ -288,7 +309,24 @@ impl Server {
             open,
             closed,
             shutdown_timeout: config.broker().shutdown_timeout,
+            tls,
         })
+    }
+
+    /// Reads the TLS certificate, key and CA files again (on SIGHUP): new connections use
+    /// them; if they are bad, one error line and the previous ones stay.
+    pub fn reload_tls(&self) {
+        let Some(tls) = &self.tls else {
+            tracing::info!("no [tls] section: nothing to reload");
+            return;
+        };
+        match tls.reload() {
+            Ok(()) => tracing::info!(
+                cert = %tls.settings().cert_file.display(),
+                "TLS certificates reloaded; new connections use them"
+            ),
+            Err(e) => tracing::error!("{e}; keeping the previous certificate"),
+        }
     }
 
     /// Stops accepting, tells every connection to close (each says goodbye in its
@@ -325,6 +363,9 @@ impl Server {
 struct Acceptor {
     broker: Broker,
     listener: Listener,
+    tls: TlsMode,
+    /// The TLS handshake must be done within this.
+    handshake_timeout: Duration,
     stomp: StompOptions,
     amqp: AmqpOptions,
     permits: Arc<Semaphore>,
@@ -362,39 +403,20 @@ impl Acceptor {
             let protocols = self.listener.protocols.clone();
             let shutdown = self.shutdown.subscribe();
             let open = self.open.clone();
+            let tls = self.tls.clone();
+            let handshake_timeout = self.handshake_timeout;
             tokio::spawn(async move {
-                serve_connection(stream, peer, broker, &protocols, (stomp, amqp), shutdown).await;
+                let options = Options {
+                    broker,
+                    stomp,
+                    amqp,
+                    handshake_timeout,
+                };
+                connection::serve_connection(stream, peer, &protocols, tls, options, shutdown)
+                    .await;
                 drop(permit);
                 drop(open);
             });
         }
-    }
-}
-
-async fn serve_connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    broker: Broker,
-    protocols: &[Protocol],
-    (stomp, amqp): (StompOptions, AmqpOptions),
-    mut shutdown: broadcast::Receiver<()>,
-) {
-    let protocol = match protocols {
-        [only] => *only,
-        _ => {
-            let sniffed = tokio::select! {
-                sniffed = sniff::sniff(&stream) => sniffed,
-                // Not a word from the client yet: nothing to say goodbye in.
-                _ = shutdown.recv() => None,
-            };
-            match sniffed {
-                Some(p) => p,
-                None => return,
-            }
-        }
-    };
-    match protocol {
-        Protocol::Stomp => stomp::serve(stream, peer, broker, stomp, shutdown).await,
-        Protocol::Amqp => amqp::serve(stream, peer, broker, amqp, shutdown).await,
     }
 }

@@ -154,6 +154,13 @@ impl BrokerProcess {
         (self.data_dir.clone(), self.config.clone(), port)
     }
 
+    /// Sends `signal` (e.g. `libc::SIGHUP`) to the broker.
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: signals our own child process, which we have not reaped yet.
+        unsafe { libc::kill(pid, signal) };
+    }
+
     pub fn restart_after_kill(self) -> Self {
         let amqp_port = self.amqp.map(|a| a.port());
         let (dir, config, port) = self.kill9();
@@ -219,17 +226,35 @@ pub fn encode_frame(out: &mut Vec<u8>, command: &str, headers: &[(&str, &str)], 
     out.push(0);
 }
 
+/// A blocking byte stream over TCP: the socket itself, or TLS over it.
+pub trait Socket: Read + Write {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Socket for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
 /// A deliberately simple STOMP 1.2 client: blocking socket, one frame at a time.
-pub struct Stomp {
-    stream: TcpStream,
+pub struct Stomp<S: Socket = TcpStream> {
+    stream: S,
     buf: Vec<u8>,
     pub connected: Frame,
 }
 
 impl Stomp {
     pub fn connect(addr: SocketAddr, headers: &[(&str, &str)]) -> Self {
-        let stream = TcpStream::connect(addr).expect("connect");
+        Stomp::connect_over(TcpStream::connect(addr).expect("connect"), headers)
+    }
+}
+
+impl<S: Socket> Stomp<S> {
+    /// CONNECT over a stream already open; `connected` is the broker's answer.
+    pub fn connect_over(stream: S, headers: &[(&str, &str)]) -> Self {
         stream
+            .tcp()
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let mut s = Self {
@@ -250,7 +275,7 @@ impl Stomp {
     }
 
     /// The socket, for a test that keeps a connection open without reading.
-    pub fn into_stream(self) -> TcpStream {
+    pub fn into_stream(self) -> S {
         self.stream
     }
 
@@ -329,9 +354,10 @@ impl Stomp {
     }
 
     pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Frame> {
-        self.stream.set_read_timeout(Some(timeout)).unwrap();
+        self.stream.tcp().set_read_timeout(Some(timeout)).unwrap();
         let f = self.recv();
         self.stream
+            .tcp()
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         f

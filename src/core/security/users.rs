@@ -11,6 +11,12 @@ pub enum AuthError {
     Anonymous,
     #[error("invalid login or passcode")]
     BadCredentials,
+    /// `require_tls_for_passwords`: a password sent where others could read it is refused.
+    #[error("passwords are accepted only over TLS; connect with TLS or log in with SCRAM")]
+    PasswordNeedsTls,
+    /// A verified client certificate names someone who is not a configured user.
+    #[error("the client certificate's name is not a configured user")]
+    UnknownCertificateUser,
 }
 
 /// How a user's secret is configured.
@@ -45,6 +51,8 @@ pub struct Authenticator {
     users: HashMap<String, Credentials>,
     allow_anonymous: bool,
     failure_delay: Duration,
+    /// Plain passwords (SASL PLAIN, STOMP passcodes) only on TLS connections.
+    passwords_need_tls: bool,
     /// Makes the decoy salt of an unknown user stable but unpredictable, so a SCRAM
     /// challenge does not tell which user names exist.
     decoy_key: Vec<u8>,
@@ -79,6 +87,7 @@ impl Authenticator {
             users: map,
             allow_anonymous,
             failure_delay,
+            passwords_need_tls: false,
             decoy_key: random_bytes(32)?,
         })
     }
@@ -89,7 +98,44 @@ impl Authenticator {
             users: HashMap::new(),
             allow_anonymous: true,
             failure_delay: Duration::ZERO,
+            passwords_need_tls: false,
             decoy_key: Vec::new(),
+        }
+    }
+
+    /// With `yes`, plain passwords are refused on connections without TLS (SCRAM, which
+    /// never sends the password, still works there).
+    pub fn require_tls_for_passwords(mut self, yes: bool) -> Self {
+        self.passwords_need_tls = yes;
+        self
+    }
+
+    /// Whether a plain password may be sent on a connection, TLS or not.
+    pub fn passwords_allowed(&self, over_tls: bool) -> bool {
+        over_tls || !self.passwords_need_tls
+    }
+
+    /// A password login on a connection with or without TLS.
+    pub fn authenticate_password(
+        &self,
+        login: Option<&str>,
+        passcode: Option<&str>,
+        over_tls: bool,
+    ) -> Result<Option<String>, AuthError> {
+        let anonymous = matches!(login, None | Some(""));
+        if !anonymous && !self.passwords_allowed(over_tls) {
+            return Err(AuthError::PasswordNeedsTls);
+        }
+        self.authenticate(login, passcode)
+    }
+
+    /// The user a verified TLS client certificate names: it must be a configured user (its
+    /// password is not asked for; the certificate's CA vouches for it).
+    pub fn authenticate_certified(&self, user: &str) -> Result<String, AuthError> {
+        if self.users.contains_key(user) {
+            Ok(user.to_owned())
+        } else {
+            Err(AuthError::UnknownCertificateUser)
         }
     }
 
@@ -186,6 +232,35 @@ mod tests {
         assert_eq!(
             Authenticator::open().authenticate(Some("x"), None),
             Ok(None)
+        );
+    }
+
+    #[test]
+    fn passwords_can_be_kept_to_tls_and_certificates_name_users() {
+        let auth = Authenticator::new(
+            [("admin".to_owned(), Secret::Password("secret".to_owned()))],
+            true,
+            Duration::ZERO,
+        )
+        .unwrap()
+        .require_tls_for_passwords(true);
+        assert_eq!(
+            auth.authenticate_password(Some("admin"), Some("secret"), false),
+            Err(AuthError::PasswordNeedsTls)
+        );
+        assert_eq!(
+            auth.authenticate_password(Some("admin"), Some("secret"), true),
+            Ok(Some("admin".into()))
+        );
+        assert_eq!(
+            auth.authenticate_password(None, None, false),
+            Ok(None),
+            "anonymous sends no password"
+        );
+        assert_eq!(auth.authenticate_certified("admin"), Ok("admin".into()));
+        assert_eq!(
+            auth.authenticate_certified("mallory"),
+            Err(AuthError::UnknownCertificateUser)
         );
     }
 

@@ -12,12 +12,13 @@ use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::queue::{producers_may_go, PendingAcks};
 use crate::core::security::audit::{self, LoginOutcome};
+use crate::core::security::{AuthError, Authenticator};
 use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::driver::{self, ClientFaults, Connection, Ending, Io, ReadItem, Timing};
+use crate::protocol::Peer;
 use futures_util::{SinkExt, StreamExt};
 use std::fmt::Write as _;
-use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,14 +101,14 @@ impl From<StompError> for Stop {
 /// stream whose first bytes were peeked by a protocol sniffer).
 pub async fn serve<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: StompOptions,
     shutdown: broadcast::Receiver<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let span = driver::connection_span(peer, "stomp");
+    let span = driver::connection_span(&peer, "stomp");
     run(io, peer, broker, options, shutdown)
         .instrument(span)
         .await
@@ -115,7 +116,7 @@ pub async fn serve<S>(
 
 async fn run<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: StompOptions,
     mut shutdown: broadcast::Receiver<()>,
@@ -134,7 +135,7 @@ async fn run<S>(
         faults: ClientFaults::default(),
     };
     let connected = tokio::select! {
-        result = conn.handshake(&mut io, peer) => result,
+        result = conn.handshake(&mut io, &peer) => result,
         _ = shutdown.recv() => Err(SessionError::ShuttingDown),
     };
     let (timing, _ticket) = match connected {
@@ -171,6 +172,17 @@ async fn run<S>(
     crate::protocol::fairness::release_in_chunks(session.subs.drain().map(|(_, sub)| sub)).await;
 }
 
+/// Who CONNECT logs in as: `login`/`passcode` when given (refused without TLS when the
+/// broker keeps passwords to TLS), else the user a verified client certificate names, else
+/// anonymous where that is allowed.
+fn login(auth: &Authenticator, frame: &Frame, peer: &Peer) -> Result<Option<String>, AuthError> {
+    let login = frame.header("login").filter(|l| !l.is_empty());
+    match (login, &peer.certified_user) {
+        (None, Some(certified)) => auth.authenticate_certified(certified).map(Some),
+        _ => auth.authenticate_password(login, frame.header("passcode"), peer.tls),
+    }
+}
+
 /// What a STOMP connection waits for besides its socket and deliveries.
 enum Waited {
     /// A receipt (if one was asked for) whose disk write is done, or failed.
@@ -192,7 +204,7 @@ impl StompConnection {
     async fn handshake<S>(
         &mut self,
         io: &mut Io<S, StompCodec>,
-        peer: SocketAddr,
+        peer: &Peer,
     ) -> Result<Option<(Timing, Ticket)>, SessionError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -221,16 +233,14 @@ impl StompConnection {
         let version = Version::negotiate(frame.header("accept-version"))
             .ok_or(SessionError::NoCommonVersion)?;
         session.version = version;
-        let login = frame.header("login");
-        let passcode = frame.header("passcode");
         let client_id = frame.header("client-id");
-        let user = match session.broker.auth().authenticate(login, passcode) {
+        let user = match login(session.broker.auth(), &frame, peer) {
             Ok(user) => {
                 audit::login(
-                    peer,
+                    peer.addr,
                     user.as_deref(),
                     "stomp",
-                    false,
+                    peer.tls,
                     client_id,
                     LoginOutcome::Accepted,
                 );
@@ -238,10 +248,10 @@ impl StompConnection {
             }
             Err(e) => {
                 audit::login(
-                    peer,
-                    login,
+                    peer.addr,
+                    frame.header("login"),
                     "stomp",
-                    false,
+                    peer.tls,
                     client_id,
                     LoginOutcome::Refused,
                 );
@@ -252,7 +262,7 @@ impl StompConnection {
         };
         session.principal = session
             .broker
-            .principal(user.as_deref(), Some(peer), client_id);
+            .principal(user.as_deref(), Some(peer.addr), client_id);
         let span = tracing::Span::current();
         span.record("user", user.as_deref().unwrap_or("anonymous"));
         if let Some(id) = frame.header("client-id") {
@@ -261,7 +271,7 @@ impl StompConnection {
         let ticket = session
             .options
             .admission
-            .admit(peer.ip(), user.as_deref())?;
+            .admit(peer.addr.ip(), user.as_deref())?;
         if version != Version::V1_0
             && frame.command == Command::Connect
             && frame.header("host").is_none()

@@ -35,8 +35,8 @@ use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
 use crate::protocol::driver::{self, ClientFaults, Ending, Io, ReadItem, Timing};
+use crate::protocol::Peer;
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::net::SocketAddr;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,14 +88,14 @@ impl From<AmqpCodecError> for Stop {
 
 pub async fn serve<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: AmqpOptions,
     shutdown: broadcast::Receiver<()>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
-    let span = driver::connection_span(peer, "amqp");
+    let span = driver::connection_span(&peer, "amqp");
     run(io, peer, broker, options, shutdown)
         .instrument(span)
         .await
@@ -103,7 +103,7 @@ pub async fn serve<S>(
 
 async fn run<S>(
     io: S,
-    peer: SocketAddr,
+    peer: Peer,
     broker: Broker,
     options: AmqpOptions,
     mut shutdown: broadcast::Receiver<()>,
@@ -116,7 +116,7 @@ async fn run<S>(
         crate::protocol::read_ahead::IDLE_READ_BUFFER,
     );
     let sasl = tokio::select! {
-        result = handshake::handshake(&mut framed, &broker, options.sasl_timeout, peer) => result,
+        result = handshake::handshake(&mut framed, &broker, &peer, options.sasl_timeout) => result,
         // Before `open` there is no AMQP frame to say goodbye with.
         _ = shutdown.recv() => return,
     };
@@ -164,7 +164,7 @@ async fn run<S>(
         withheld_by: None,
     };
     let opened = tokio::select! {
-        result = conn.open(&mut io, peer, &login) => result,
+        result = conn.open(&mut io, &peer, &login) => result,
         _ = shutdown.recv() => Err(close_error(condition::CONNECTION_FORCED, "broker shutting down")),
     };
     let error = match opened {
@@ -235,7 +235,7 @@ impl Connection {
     async fn open<S>(
         &mut self,
         io: &mut Io<S, AmqpFrameCodec>,
-        peer: SocketAddr,
+        peer: &Peer,
         login: &Login,
     ) -> Result<bool, ConnError>
     where
@@ -270,20 +270,20 @@ impl Connection {
         let user = login.user.as_deref();
         // Logged once the container id is known, so the line says which client it is.
         audit::login(
-            peer,
+            peer.addr,
             user,
             login.mechanism,
-            false,
+            peer.tls,
             Some(&self.env.container_id),
             LoginOutcome::Accepted,
         );
         self.env.principal =
             self.env
                 .broker
-                .principal(user, Some(peer), Some(&self.env.container_id));
+                .principal(user, Some(peer.addr), Some(&self.env.container_id));
         let mut reply = self.reply_open();
         reply.channel_max = reply.channel_max.min(open.channel_max);
-        match self.options.admission.admit(peer.ip(), user) {
+        match self.options.admission.admit(peer.addr.ip(), user) {
             Ok(ticket) => self.ticket = Some(ticket),
             Err(refusal) => {
                 tracing::info!(%refusal, "connection refused");

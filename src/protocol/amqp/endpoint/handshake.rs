@@ -1,7 +1,8 @@
 //! Protocol headers and the SASL layer, up to the point where AMQP frames may flow.
 //!
-//! SASL first (`AMQP 3 1 0 0`): SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN against the broker's
-//! users, ANONYMOUS when the config allows it; bad credentials get an `auth` outcome after the
+//! SASL first (`AMQP 3 1 0 0`): EXTERNAL when a verified TLS client certificate names the
+//! user, SCRAM-SHA-512, SCRAM-SHA-256 and PLAIN against the broker's users (PLAIN only over
+//! TLS when the broker keeps passwords to TLS), ANONYMOUS when the config allows it; bad credentials get an `auth` outcome after the
 //! configured login failure delay, never a silent close. A plain AMQP header
 //! without SASL is accepted only where anonymous access is. Any other header is answered with
 //! the one we want and the connection closed, as the spec asks.
@@ -18,9 +19,9 @@ use crate::protocol::amqp::wire::sasl::{
     SaslChallenge, SaslCode, SaslFrame, SaslMechanisms, SaslOutcome,
 };
 use crate::protocol::amqp::wire::types::Symbol;
+use crate::protocol::Peer;
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
@@ -71,8 +72,8 @@ where
 pub async fn handshake<S>(
     framed: &mut Framed<S, AmqpFrameCodec>,
     broker: &Broker,
+    peer: &Peer,
     timeout: Duration,
-    peer: SocketAddr,
 ) -> Result<Login, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -80,7 +81,7 @@ where
     let mut awaiting_outcome = false;
     let result = tokio::time::timeout(
         timeout,
-        exchange(framed, broker, &mut awaiting_outcome, peer),
+        exchange(framed, broker, peer, &mut awaiting_outcome),
     )
     .await;
     match result {
@@ -104,8 +105,8 @@ where
 async fn exchange<S>(
     framed: &mut Framed<S, AmqpFrameCodec>,
     broker: &Broker,
+    peer: &Peer,
     awaiting_outcome: &mut bool,
-    peer: SocketAddr,
 ) -> Result<Login, HandshakeError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -134,15 +135,26 @@ where
     }
     framed.feed(Outbound::Header(ProtocolHeader::SASL)).await?;
     let auth = broker.auth();
-    let mut mechanisms = Vec::with_capacity(4);
+    let passwords = auth.passwords_allowed(peer.tls);
+    let mut mechanisms = Vec::with_capacity(5);
+    // The certificate already proved who the client is: first choice when there is one.
+    if peer.certified_user.is_some() {
+        mechanisms.push(Symbol::from_static("EXTERNAL"));
+    }
     // SCRAM needs a credential to prove itself with, so it is offered only with users.
     if auth.has_users() {
         mechanisms.push(Symbol::from_static("SCRAM-SHA-512"));
         mechanisms.push(Symbol::from_static("SCRAM-SHA-256"));
     }
-    mechanisms.push(Symbol::from_static("PLAIN"));
+    if passwords {
+        mechanisms.push(Symbol::from_static("PLAIN"));
+    }
     if anonymous {
         mechanisms.push(Symbol::from_static("ANONYMOUS"));
+    }
+    if mechanisms.is_empty() {
+        // The list may not be empty (spec 5.3.3.1); PLAIN is then offered only to be refused.
+        mechanisms.push(Symbol::from_static("PLAIN"));
     }
     framed
         .send(Outbound::Frame(Frame::Sasl(SaslFrame::Mechanisms(
@@ -156,7 +168,15 @@ where
     };
     let response = init.initial_response.as_deref().unwrap_or_default();
     let (principal, additional_data) = match init.mechanism.as_str() {
+        "PLAIN" if !passwords => {
+            tracing::info!(
+                "SASL PLAIN refused: passwords are accepted only over TLS \
+                 (security.require_tls_for_passwords)"
+            );
+            (Err(HandshakeError::AuthFailed), None)
+        }
         "PLAIN" => (plain(broker, response), None),
+        "EXTERNAL" => (external(broker, peer, response), None),
         "ANONYMOUS" if anonymous => (Ok(None), None),
         name => match ScramHash::from_mechanism(name).filter(|_| auth.has_users()) {
             Some(hash) => match scram_exchange(framed, broker, hash, response).await? {
@@ -172,6 +192,7 @@ where
     *awaiting_outcome = false;
     let mechanism = match init.mechanism.as_str() {
         "PLAIN" => "PLAIN",
+        "EXTERNAL" => "EXTERNAL",
         "ANONYMOUS" => "ANONYMOUS",
         "SCRAM-SHA-256" => "SCRAM-SHA-256",
         "SCRAM-SHA-512" => "SCRAM-SHA-512",
@@ -181,10 +202,10 @@ where
         SaslCode::Ok
     } else {
         audit::login(
-            peer,
+            peer.addr,
             claimed_user(mechanism, response).as_deref(),
             mechanism,
-            false,
+            peer.tls,
             None,
             LoginOutcome::Refused,
         );
@@ -258,6 +279,29 @@ fn claimed_user(mechanism: &str, response: &[u8]) -> Option<String> {
         _ => return None,
     };
     std::str::from_utf8(text).ok().map(str::to_owned)
+}
+
+/// EXTERNAL (RFC 4422 appendix A): the user is the one the verified TLS client certificate
+/// names; the client may send that name as its authorization identity, or nothing.
+fn external(broker: &Broker, peer: &Peer, response: &[u8]) -> Result<Principal, HandshakeError> {
+    let Some(certified) = peer.certified_user.as_deref() else {
+        return Err(HandshakeError::AuthFailed);
+    };
+    if !response.is_empty() && response != certified.as_bytes() {
+        tracing::info!(
+            certified,
+            "SASL EXTERNAL refused: asked to act as another user"
+        );
+        return Err(HandshakeError::AuthFailed);
+    }
+    broker
+        .auth()
+        .authenticate_certified(certified)
+        .map(Some)
+        .map_err(|e| {
+            tracing::info!(certified, error = %e, "SASL EXTERNAL refused");
+            HandshakeError::AuthFailed
+        })
 }
 
 /// PLAIN: `authzid NUL authcid NUL password` (RFC 4616).

@@ -171,7 +171,8 @@ public final class WeirBroker
     return process != null && process.isAlive();
   }
 
-  private void waitForPort(int port) throws InterruptedException {
+  /** Waits until the broker listens on {@code port} (an extra listener of the config). */
+  public void waitForPort(int port) throws InterruptedException {
     long deadline = System.currentTimeMillis() + START_TIMEOUT_MS;
     while (System.currentTimeMillis() < deadline) {
       if (!process.isAlive()) {
