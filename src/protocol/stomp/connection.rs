@@ -265,7 +265,7 @@ impl StompConnection {
             .principal(user.as_deref(), Some(peer.addr), client_id);
         let span = tracing::Span::current();
         span.record("user", user.as_deref().unwrap_or("anonymous"));
-        if let Some(id) = frame.header("client-id") {
+        if let Some(id) = client_id {
             span.record("client", id);
         }
         let ticket = session
