@@ -196,17 +196,25 @@ impl Consumers {
             let index = self.index_of(ex)?;
             return eligible(index).then_some(index);
         }
-        let (&(top, _), _) = self.order.iter().find(|(_, &i)| eligible(i))?;
-        let band_end = Bound::Included((top, u64::MAX));
-        let after_last = match self.last_served {
-            Some(last) if last.0 == top => Bound::Excluded(last),
-            _ => Bound::Included((top, 0)),
+        // The first eligible consumer of the highest priority that has one.
+        let (&first_key, &first) = self.order.iter().find(|(_, &i)| eligible(i))?;
+        // Round robin within that band: the next eligible one after the last
+        // served, else around to the first. Nobody eligible lies between the
+        // band's start and `first`, so only a last served at or after `first`
+        // needs a look past it, and a lone consumer never does.
+        let Some(last) = self
+            .last_served
+            .filter(|last| last.0 == first_key.0 && *last >= first_key && self.order.len() > 1)
+        else {
+            return Some(first);
         };
-        self.order
-            .range((after_last, band_end))
-            .chain(self.order.range((Bound::Included((top, 0)), band_end)))
+        let band_end = Bound::Included((first_key.0, u64::MAX));
+        let after_last = self
+            .order
+            .range((Bound::Excluded(last), band_end))
             .map(|(_, &i)| i)
-            .find(|&i| eligible(i))
+            .find(|&i| eligible(i));
+        Some(after_last.unwrap_or(first))
     }
 
     /// Credit that consumers allowed to receive have left.

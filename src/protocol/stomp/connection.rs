@@ -18,7 +18,6 @@ use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::driver::{self, ClientFaults, Connection, Ending, Io, ReadItem, Timing};
 use crate::protocol::Peer;
 use futures_util::{SinkExt, StreamExt};
-use std::fmt::Write as _;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -341,8 +340,12 @@ impl StompConnection {
         else {
             return Ok(false);
         };
+        // "consumer.seq", written without `fmt`: this runs for every delivery.
+        let mut digits = itoa::Buffer::new();
         session.ack_id.clear();
-        let _ = write!(session.ack_id, "{}.{}", delivery.consumer, delivery.seq);
+        session.ack_id.push_str(digits.format(delivery.consumer));
+        session.ack_id.push('.');
+        session.ack_id.push_str(digits.format(delivery.seq));
         if sub.ack != AckMode::Auto {
             session.delivery_counter += 1;
             sub.outstanding
