@@ -99,6 +99,58 @@ fn page_keeps_every_message_in_order_and_memory_bounded() {
     receive_in_order(&mut broker.client(), "unlimited", N + 1);
 }
 
+/// A consumer with a deep window (the default 1,000) on a queue paged far past
+/// the limit: what it is sent and has not acknowledged stays bounded in bytes,
+/// not only in messages, so large messages cannot bring the whole queue back
+/// into memory; acknowledging lets the rest come, in order.
+#[test]
+fn a_deep_window_on_large_paged_messages_keeps_memory_bounded() {
+    let (_dir, broker) = start();
+    let mut producer = broker.client();
+    // 96 MiB of 256 KiB messages with global_max_size 4MiB: almost all paged.
+    const N: usize = 384;
+    const SIZE: usize = 256 * 1024;
+    for i in 0..N {
+        producer.send("deep", &body(i, SIZE), &[]);
+    }
+    producer.send_receipted("deep", &body(N, SIZE), &[], "last");
+    let before = broker.rss_bytes();
+    let mut consumer = broker.client();
+    consumer.subscribe("deep", "/queue/deep", "client-individual");
+    // Unacknowledged, the window would take every message; memory must not.
+    let mut held = Vec::new();
+    while let Some(f) = consumer.recv_timeout(Duration::from_millis(700)) {
+        assert_eq!(f.command, "MESSAGE", "{f:?}");
+        held.push(f);
+    }
+    let grown = broker.rss_bytes().saturating_sub(before);
+    assert!(
+        held.len() < N / 4,
+        "{} of {N} messages sent to a consumer that acknowledged none",
+        held.len()
+    );
+    assert!(
+        grown < 32 << 20,
+        "RSS grew {} MiB while a consumer held {} messages of 256 KiB",
+        grown >> 20,
+        held.len()
+    );
+    let mut next = 0;
+    for f in held {
+        assert_eq!(index(&f.body), next, "order kept");
+        next += 1;
+        consumer.ack(&f);
+    }
+    while next <= N {
+        let f = consumer
+            .recv()
+            .unwrap_or_else(|| panic!("message {next} of {}", N + 1));
+        assert_eq!(index(&f.body), next, "order kept");
+        next += 1;
+        consumer.ack(&f);
+    }
+}
+
 #[test]
 fn fail_refuses_sends_with_a_stomp_error() {
     let (_dir, broker) = start();

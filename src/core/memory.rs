@@ -244,6 +244,20 @@ impl QueueMemory {
         !self.is_full() && self.own.limit().is_none_or(|l| self.own.used() < l / 2)
     }
 
+    /// About how many bytes may still be paged in ahead of consumers: what
+    /// is left below half the queue's own limit and below the broker's.
+    pub fn headroom(&self) -> u64 {
+        if !self.has_headroom() {
+            return 0;
+        }
+        let own = self
+            .own
+            .limit()
+            .map_or(u64::MAX, |l| (l / 2).saturating_sub(self.own.used()));
+        let global = self.global.limit.saturating_sub(self.global.used());
+        own.min(global)
+    }
+
     /// Whether the queue's producers must wait: a BLOCK queue that is full,
     /// or any queue whose budget (or the broker's) is over its write
     /// allowance: messages wait to be paged out faster than the disk takes them.
@@ -336,6 +350,10 @@ impl Charge {
     /// Nothing charged (tests' entries).
     pub fn none() -> Self {
         Charge::default()
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 }
 

@@ -181,15 +181,18 @@ impl Store {
         from_seq: u64,
         limit: usize,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
-        self.scan_message_range(queue, from_seq..u64::MAX, limit)
+        self.scan_message_range(queue, from_seq..u64::MAX, limit, u64::MAX)
     }
 
-    /// Up to `limit` messages of `queue` with a sequence in `seqs`, in order.
+    /// Up to `limit` messages of `queue` with a sequence in `seqs`, in order,
+    /// stopping after the one that brings their size to `max_bytes` (at least
+    /// one is read).
     pub fn scan_message_range(
         &self,
         queue: u32,
         seqs: std::ops::Range<u64>,
         limit: usize,
+        max_bytes: u64,
     ) -> Result<Vec<(u64, Bytes)>, StoreError> {
         let from_seq = seqs.start;
         let db = self.inner.database.get()?;
@@ -209,14 +212,16 @@ impl Store {
             .to_vec(),
         );
         let mut out = Vec::new();
+        let mut bytes = 0u64;
         for item in db.iterator_cf_opt(cf, read, IteratorMode::From(&start, Direction::Forward)) {
             let (key, value) = item?;
             let key = MessageKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
             if key.queue != queue {
                 break;
             }
+            bytes += value.len() as u64;
             out.push((key.seq, Bytes::from(value.into_vec())));
-            if out.len() >= limit {
+            if out.len() >= limit || bytes >= max_bytes {
                 break;
             }
         }

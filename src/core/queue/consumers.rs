@@ -25,6 +25,9 @@ pub struct Slot {
     pub filter: Option<Arc<dyn MessageFilter>>,
     /// Set for a browser: where it is in the queue.
     pub browse: Option<BrowseCursor>,
+    /// Bytes (as charged to memory) of the messages delivered to it and not
+    /// yet settled.
+    pub in_flight_bytes: u64,
     /// With a filter: ungrouped messages on disk below this sequence were
     /// read and did not match it.
     pub scanned_to: u64,
@@ -105,6 +108,13 @@ impl Consumers {
     pub fn get_mut(&mut self, id: ConsumerId) -> Option<&mut Slot> {
         let index = *self.by_id.get(&id)?;
         Some(self.slot_mut(index))
+    }
+
+    /// The consumer at `index` if it is `id` (the place may have been
+    /// given to another consumer since).
+    pub fn get_at_mut(&mut self, index: usize, id: ConsumerId) -> Option<&mut Slot> {
+        let place = self.places.get_mut(index)?.as_mut()?;
+        (place.slot.id == id).then_some(&mut place.slot)
     }
 
     pub fn index_of(&self, id: ConsumerId) -> Option<usize> {
@@ -241,6 +251,7 @@ mod tests {
             priority,
             filter: None,
             browse: None,
+            in_flight_bytes: 0,
             scanned_to: 0,
             passed_heads: FastSet::default(),
         }

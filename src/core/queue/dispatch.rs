@@ -49,6 +49,12 @@ enum Head {
 /// lanes from disk for themselves (their selectors may pass over what they read).
 const MEMORY_CEILING: usize = 2;
 
+/// Past the memory limits, a consumer reads from disk for itself only while
+/// it holds fewer bytes than this in flight (and always at least one
+/// message): enough to keep it busy, and a bound on memory whatever its
+/// window and however large the messages.
+const READ_PAST_LIMIT_BYTES: u64 = 4 << 20;
+
 impl Queue {
     /// Stores a new message's place in the queue — on disk behind older
     /// messages of its lane or when memory is full, else among the ready ones
@@ -328,7 +334,15 @@ impl Queue {
         st.consumers.served(index);
         if sent {
             st.flow.delivered();
-            st.in_flight.insert(entry.seq, InFlight { consumer, entry });
+            st.consumers.slot_mut(index).in_flight_bytes += entry.charge.bytes();
+            st.in_flight.insert(
+                entry.seq,
+                InFlight {
+                    consumer,
+                    index,
+                    entry,
+                },
+            );
         } else {
             // The session is gone; it will remove the consumer shortly.
             entry.delivery_count -= 1;
@@ -369,13 +383,13 @@ impl Queue {
     fn refill(&self, st: &mut State, after: &mut AfterUnlock) {
         let target = (self.settings.max_memory_messages / 2).max(1);
         // Within the byte limits too: a consumer's own reads (`read_for`)
-        // are bounded by its credit instead.
+        // are bounded by its credit and what it holds in flight instead.
         while st.ready.len() < target && self.memory.has_headroom() {
             let Some(lane) = st.backlog.next_lane(None, |l| is_held(st, l)) else {
                 return;
             };
             let want = target - st.ready.len();
-            if self.page_in(st, &lane, want, after) == 0 {
+            if self.page_in(st, &lane, want, self.memory.headroom(), after) == 0 {
                 return;
             }
         }
@@ -393,6 +407,15 @@ impl Queue {
             return 0;
         };
         let (credit, filtered) = (slot.credit as usize, slot.filter.is_some());
+        // Within the memory limits, up to what is left of them; past them, a
+        // consumer with little in flight still reads a few at a time, so
+        // messages nobody else can take never starve it, while large ones
+        // and a deep window cannot bring a whole lane into memory.
+        let max_bytes = match self.memory.headroom() {
+            0 if slot.in_flight_bytes >= READ_PAST_LIMIT_BYTES => return 0,
+            0 => READ_PAST_LIMIT_BYTES - slot.in_flight_bytes,
+            headroom => headroom,
+        };
         // Without a filter a consumer takes what it reads at once (a lane
         // read from disk is never one it refused), so its credit bounds the
         // memory; with one, what it reads may not match: a ceiling bounds it.
@@ -408,7 +431,7 @@ impl Queue {
         if filtered {
             want = want.min(ceiling - st.ready.len());
         }
-        self.page_in(st, &lane, want, after)
+        self.page_in(st, &lane, want, max_bytes, after)
     }
 
     /// A consumer with a selector found nothing in memory, and reading lanes
@@ -440,7 +463,10 @@ impl Queue {
         else {
             return 0;
         };
-        let records = match self.store.scan_message_range(self.id, start..last, SCAN) {
+        let records = match self
+            .store
+            .scan_message_range(self.id, start..last, SCAN, u64::MAX)
+        {
             Ok(records) => records,
             Err(e) => {
                 tracing::error!(queue = %self.name, error = %e, "paging in failed");
@@ -525,7 +551,7 @@ impl Queue {
             // on disk), and the next one looked at.
             loop {
                 match self.head_matches(st, &lane, seq, filter, now, after) {
-                    Head::Matches => return self.page_in(st, &lane, 1, after),
+                    Head::Matches => return self.page_in(st, &lane, 1, u64::MAX, after),
                     Head::Expired => match st.backlog.front(&lane) {
                         Some(run) => seq = run.start,
                         None => break,
@@ -562,7 +588,10 @@ impl Queue {
         now: u64,
         after: &mut AfterUnlock,
     ) -> Head {
-        let record = match self.store.scan_message_range(self.id, seq..seq + 1, 1) {
+        let record = match self
+            .store
+            .scan_message_range(self.id, seq..seq + 1, 1, u64::MAX)
+        {
             Ok(mut records) => match records.pop() {
                 Some((_, record)) => record,
                 None => {
@@ -602,23 +631,25 @@ impl Queue {
         st: &mut State,
         lane: &LaneKey,
         want: usize,
+        max_bytes: u64,
         after: &mut AfterUnlock,
     ) -> usize {
         let Some(run) = st.backlog.front(lane) else {
             return 0;
         };
         let n = run.len.min(want.max(1) as u64);
-        let records =
-            match self
-                .store
-                .scan_message_range(self.id, run.start..run.start + n, n as usize)
-            {
-                Ok(records) => records,
-                Err(e) => {
-                    tracing::error!(queue = %self.name, error = %e, "paging in failed");
-                    return 0;
-                }
-            };
+        let records = match self.store.scan_message_range(
+            self.id,
+            run.start..run.start + n,
+            n as usize,
+            max_bytes,
+        ) {
+            Ok(records) => records,
+            Err(e) => {
+                tracing::error!(queue = %self.name, error = %e, "paging in failed");
+                return 0;
+            }
+        };
         // The writer applies a queue's writes in order: what is readable is a
         // prefix of the run.
         let readable = records

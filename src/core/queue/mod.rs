@@ -76,6 +76,9 @@ pub struct QueueStats {
 
 struct InFlight {
     consumer: ConsumerId,
+    /// Where that consumer is in [`consumers::Consumers`]: its in-flight
+    /// bytes are counted down without a lookup by id.
+    index: usize,
     entry: Entry,
 }
 
@@ -445,6 +448,7 @@ impl Queue {
                     priority: options.priority,
                     filter: options.filter,
                     browse,
+                    in_flight_bytes: 0,
                     scanned_to: 0,
                     passed_heads: Default::default(),
                 },

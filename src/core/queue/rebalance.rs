@@ -61,6 +61,11 @@ impl State {
 
     /// Frees a paused group whose last delivery in flight this was.
     pub(super) fn note_taken(&mut self, flight: InFlight) -> InFlight {
+        if let Some(slot) = self.consumers.get_at_mut(flight.index, flight.consumer) {
+            let bytes = flight.entry.charge.bytes();
+            debug_assert!(slot.in_flight_bytes >= bytes);
+            slot.in_flight_bytes = slot.in_flight_bytes.saturating_sub(bytes);
+        }
         if self.paused_in_flight.is_empty() {
             return flight;
         }
