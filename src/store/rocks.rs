@@ -283,6 +283,67 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` scheduled entries with a key in `from..until`, in due-time
+    /// order, of one queue or of all. Entries of other queues are stepped over
+    /// by key, without copying their records out.
+    pub fn scan_scheduled_range(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        queue: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.walk_scheduled(keys, |key, iter| {
+            if queue.is_none_or(|q| q == key.queue) {
+                out.push((
+                    key,
+                    Bytes::copy_from_slice(iter.value().unwrap_or_default()),
+                ));
+            }
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the scheduled keys in `from..until`, in order, until `visit`
+    /// returns false. Records are not read out (a timeline counts keys only).
+    pub fn for_each_scheduled_key(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        mut visit: impl FnMut(ScheduleKey) -> bool,
+    ) -> Result<(), StoreError> {
+        self.walk_scheduled(keys, |key, _| visit(key))
+    }
+
+    fn walk_scheduled(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        mut visit: impl FnMut(ScheduleKey, &rocksdb::DBRawIteratorWithThreadMode<'_, DB>) -> bool,
+    ) -> Result<(), StoreError> {
+        if keys.start >= keys.end {
+            return Ok(());
+        }
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_SCHEDULED)?;
+        let mut read = ReadOptions::default();
+        read.set_iterate_upper_bound(keys.end.encode().to_vec());
+        let mut iter = db.raw_iterator_cf_opt(cf, read);
+        iter.seek(keys.start.encode());
+        while iter.valid() {
+            let Some(raw) = iter.key() else { break };
+            let key = ScheduleKey::decode(raw).ok_or_else(|| StoreError::Corrupt(raw.to_vec()))?;
+            if !visit(key, &iter) {
+                return Ok(());
+            }
+            iter.next();
+        }
+        iter.status()?;
+        Ok(())
+    }
+
     /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
     pub fn disk_usage(&self) -> u64 {
         let Ok(db) = self.inner.database.get() else {
