@@ -296,7 +296,7 @@ impl Store {
         if limit == 0 {
             return Ok(out);
         }
-        self.walk_scheduled(keys, |key, iter| {
+        self.walk_scheduled(keys, false, |key, iter| {
             if queue.is_none_or(|q| q == key.queue) {
                 out.push((
                     key,
@@ -315,12 +315,13 @@ impl Store {
         keys: std::ops::Range<ScheduleKey>,
         mut visit: impl FnMut(ScheduleKey) -> bool,
     ) -> Result<(), StoreError> {
-        self.walk_scheduled(keys, |key, _| visit(key))
+        self.walk_scheduled(keys, true, |key, _| visit(key))
     }
 
     fn walk_scheduled(
         &self,
         keys: std::ops::Range<ScheduleKey>,
+        bulk: bool,
         mut visit: impl FnMut(ScheduleKey, &rocksdb::DBRawIteratorWithThreadMode<'_, DB>) -> bool,
     ) -> Result<(), StoreError> {
         if keys.start >= keys.end {
@@ -328,7 +329,13 @@ impl Store {
         }
         let db = self.inner.database.get()?;
         let cf = cf(&db, CF_SCHEDULED)?;
-        let mut read = ReadOptions::default();
+        let mut read = match bulk {
+            // Keeps millions of keys' blocks out of the cache the broker's
+            // index and filter blocks live in.
+            true => read_once(),
+            // A page is read again as an auditor pages back and forth.
+            false => ReadOptions::default(),
+        };
         read.set_iterate_upper_bound(keys.end.encode().to_vec());
         let mut iter = db.raw_iterator_cf_opt(cf, read);
         iter.seek(keys.start.encode());
