@@ -550,6 +550,47 @@ mod tests {
         assert!(held.into_written().is_err());
     }
 
+    #[tokio::test]
+    async fn scheduled_ranges_step_over_other_queues_and_stop_at_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let key = |due_ms, queue| ScheduleKey {
+            due_ms,
+            queue,
+            seq: due_ms,
+        };
+        let puts = (1..=100u64)
+            .map(|due| Op::PutScheduled {
+                key: key(due, (due % 3) as u32),
+                record: Bytes::from(due.to_string()),
+            })
+            .collect();
+        store.submit_all(puts).wait().await.unwrap();
+        let range = key(10, 0)..key(40, 0);
+        let all = store
+            .scan_scheduled_range(range.clone(), None, 1000)
+            .unwrap();
+        let dues: Vec<u64> = all.iter().map(|(k, _)| k.due_ms).collect();
+        assert_eq!(dues, (10..40).collect::<Vec<_>>());
+        assert_eq!(all[0].1, "10");
+        let ones = store
+            .scan_scheduled_range(range.clone(), Some(1), 4)
+            .unwrap();
+        let dues: Vec<u64> = ones.iter().map(|(k, _)| k.due_ms).collect();
+        assert_eq!(dues, [10, 13, 16, 19]);
+        assert_eq!(ones[3].1, "19");
+        let mut counted = 0;
+        store
+            .for_each_scheduled_key(range, |k| {
+                counted += 1;
+                k.due_ms < 20
+            })
+            .unwrap();
+        assert_eq!(counted, 11, "stops when told to");
+        let empty = store.scan_scheduled_range(key(40, 0)..key(40, 0), None, 10);
+        assert!(empty.unwrap().is_empty());
+    }
+
     fn memtable_bytes(store: &Store) -> u64 {
         let db = store.inner.database.get().unwrap();
         let cf = cf(&db, CF_MESSAGES).unwrap();
