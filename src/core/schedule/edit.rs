@@ -2,10 +2,11 @@
 //! "see messages before they are claimed, and even edit them"): list, view,
 //! cancel, reschedule and edit a waiting message, each change durable.
 //!
-//! Every operation holds the schedule's `paging` lock, so no page-in moves the
-//! window's bound under it, and takes the entry out of the window under the
-//! window lock, where the timer takes due entries too: whichever comes first
-//! has the entry, the other finds it gone. A cancel therefore either removes
+//! Listing and every operation on one message hold the schedule's `paging`
+//! lock, so no page-in moves the window's bound under them. An operation
+//! takes its entry out of the window under the window lock, where the timer
+//! takes due entries too: whichever comes first has the entry, the other
+//! finds it gone. A cancel therefore either removes
 //! a message that is then never delivered, or fails with
 //! [`ScheduleEditError::AlreadyDue`] because the timer moved it into its queue:
 //! never both, never neither. A changed entry is written before it goes back
@@ -140,7 +141,10 @@ impl Schedule {
         let broker = self.inner.broker()?;
         let filter = KeyFilter::new(queue_id(&broker, queue)?, due.clone(), None);
         let mut timeline = Timeline::new(due, buckets.min(MAX_TIMELINE_BUCKETS));
-        let _paging = self.inner.paging.lock().await;
+        // Without the paging lock: counting millions of keys takes seconds,
+        // and page-ins must go on meanwhile or later entries would be late.
+        // An entry spilled during the count may be counted twice: a chart
+        // tolerates that, a listing would not.
         self.inner.barrier().await?;
         {
             // Entries on disk are counted there; the rest only live here.
