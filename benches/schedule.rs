@@ -1,15 +1,22 @@
 //! Schedule throughput: inserts beyond the in-memory window (a store write each).
 //! The due-now path (timer into the queue) is measured end to end by delay_load.
+//!
+//! Schedule listing: one page from a store of ten million delayed messages
+//! (`WEIR_SCHEDULE_LIST_N` to change), at the start, in the middle, filtered
+//! by a queue holding a tenth of them and by one holding a thousandth. The
+//! store is filled once through batched writes and kept in the target dir
+//! for later runs; its due times lie far ahead, so nothing ever falls due.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::sync::Arc;
 use std::time::Duration;
 use weir::core::broker::DelayedDelivery;
 use weir::core::message::now_ms;
-use weir::core::schedule::{Schedule, ScheduleOptions};
+use weir::core::persist;
+use weir::core::schedule::{Schedule, ScheduleOptions, ScheduleQuery};
 use weir::core::settings::QueueSettings;
 use weir::core::{Broker, BrokerOptions, Message};
-use weir::store::{FsyncPolicy, Store, StoreOptions};
+use weir::store::{FsyncPolicy, Op, ScheduleKey, Store, StoreOptions};
 
 const N: u64 = 10_000;
 
@@ -75,5 +82,154 @@ fn bench(c: &mut Criterion) {
     rt.block_on(schedule.shutdown());
 }
 
-criterion_group!(benches, bench);
+/// 2100-01-01: the listing store's messages never fall due.
+const FAR_AHEAD_MS: u64 = 4_102_444_800_000;
+/// Due times 1 ms apart, so the middle of the store is a due time too.
+const STEP_MS: u64 = 1;
+/// Messages in the common queues; one of every `RARE` goes to the rare queue.
+const QUEUES: u64 = 10;
+const RARE: u64 = 1_000;
+
+fn listing_size() -> u64 {
+    std::env::var("WEIR_SCHEDULE_LIST_N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10_000_000)
+}
+
+/// Opens (filling it the first time) a store of `n` delayed messages.
+fn filled(n: u64) -> (Broker, Arc<Schedule>) {
+    let dir =
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("schedule-list-{n}"));
+    let done = dir.join("weir-bench-filled");
+    if !done.exists() {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        fill(&dir, n);
+        std::fs::write(&done, b"").unwrap();
+    }
+    let started = std::time::Instant::now();
+    let opened = open(&dir);
+    eprintln!(
+        "schedule listing: store of {n} opened in {:?}",
+        started.elapsed()
+    );
+    opened
+}
+
+fn fill(dir: &std::path::Path, n: u64) {
+    let started = std::time::Instant::now();
+    let store = Store::open(
+        dir,
+        StoreOptions {
+            fsync: FsyncPolicy::Never,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    let broker = Broker::open(
+        store.clone(),
+        BrokerOptions::with_queue_settings(QueueSettings::default()),
+    )
+    .unwrap();
+    let mut ids = Vec::new();
+    for q in 0..QUEUES {
+        ids.push(broker.queue_or_create(&format!("q{q}"), true).unwrap().id());
+    }
+    let rare = broker.queue_or_create("rare", true).unwrap().id();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    const BATCH: u64 = 10_000;
+    let mut last = None;
+    for start in (0..n).step_by(BATCH as usize) {
+        let ops = (start..(start + BATCH).min(n))
+            .map(|i| {
+                let (queue, name) = match i % RARE {
+                    0 => (rare, "rare".to_owned()),
+                    _ => (ids[(i % QUEUES) as usize], format!("q{}", i % QUEUES)),
+                };
+                let due_ms = FAR_AHEAD_MS + i * STEP_MS;
+                let message = Message {
+                    address: Arc::from(name),
+                    body: bytes::Bytes::from(format!("message {i} {}", "x".repeat(100))),
+                    due_at: Some(due_ms),
+                    timestamp: now_ms(),
+                    durable: true,
+                    priority: 4,
+                    ..Default::default()
+                };
+                Op::PutScheduled {
+                    key: ScheduleKey {
+                        due_ms,
+                        queue,
+                        seq: i + 1,
+                    },
+                    record: persist::encode(&message, 0),
+                }
+            })
+            .collect();
+        // A few batches in flight keep the writer busy without unbounded memory.
+        if let Some(previous) = last.replace(store.submit_all(ops)) {
+            rt.block_on(previous.wait()).unwrap();
+        }
+    }
+    if let Some(last) = last {
+        rt.block_on(last.wait()).unwrap();
+    }
+    eprintln!(
+        "schedule listing: wrote {n} delayed messages in {:?}",
+        started.elapsed()
+    );
+}
+
+fn listing(c: &mut Criterion) {
+    let n = listing_size();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    let (_broker, schedule) = filled(n);
+    let middle = FAR_AHEAD_MS + n / 2 * STEP_MS;
+    let page = |queue: Option<&str>, from_ms: Option<u64>| ScheduleQuery {
+        queue: queue.map(str::to_owned),
+        from_ms,
+        limit: 100,
+        preview_bytes: 64,
+        ..ScheduleQuery::default()
+    };
+    let cases = [
+        ("first page", page(None, None)),
+        ("middle page", page(None, Some(middle))),
+        ("middle page, queue of 1/10", page(Some("q7"), Some(middle))),
+        (
+            "middle page, queue of 1/1000",
+            page(Some("rare"), Some(middle)),
+        ),
+    ];
+    let mut group = c.benchmark_group(format!("schedule list of {n}"));
+    group.sample_size(20);
+    group.measurement_time(Duration::from_secs(5));
+    for (name, query) in cases {
+        let listed = rt.block_on(schedule.list_page(&query)).unwrap();
+        assert_eq!(listed.items.len(), 100, "{name}");
+        group.bench_function(name, |b| {
+            b.iter(|| rt.block_on(schedule.list_page(&query)).unwrap())
+        });
+    }
+    group.finish();
+    // A timeline counts keys over its whole range: timed once, not sampled.
+    for (name, span) in [("an hour", 3_600_000), ("the whole store", n * STEP_MS)] {
+        let started = std::time::Instant::now();
+        let timeline = rt
+            .block_on(schedule.timeline(None, FAR_AHEAD_MS..FAR_AHEAD_MS + span, 100))
+            .unwrap();
+        let counted: u64 = timeline.counts.iter().sum();
+        eprintln!(
+            "schedule timeline of {name}: {counted} messages in 100 buckets counted in {:?}",
+            started.elapsed()
+        );
+    }
+    rt.block_on(schedule.shutdown());
+}
+
+criterion_group!(benches, bench, listing);
 criterion_main!(benches);

@@ -100,6 +100,17 @@ struct Inner {
     me: Weak<Inner>,
 }
 
+/// A broker handle that does not keep the broker alive: for parts the broker
+/// itself holds (the delay schedule), which would otherwise keep it forever.
+#[derive(Clone)]
+pub struct WeakBroker(Weak<Inner>);
+
+impl WeakBroker {
+    pub fn upgrade(&self) -> Option<Broker> {
+        self.0.upgrade().map(|inner| Broker { inner })
+    }
+}
+
 #[derive(Default)]
 struct Topic {
     subscribers: RwLock<Subscribers>,
@@ -204,6 +215,10 @@ impl Broker {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    pub fn downgrade(&self) -> WeakBroker {
+        WeakBroker(Arc::downgrade(&self.inner))
     }
 
     /// Installs the delay schedule (done once at start).

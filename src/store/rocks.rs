@@ -288,6 +288,74 @@ impl Store {
         Ok(out)
     }
 
+    /// Up to `limit` scheduled entries with a key in `from..until`, in due-time
+    /// order, of one queue or of all. Entries of other queues are stepped over
+    /// by key, without copying their records out.
+    pub fn scan_scheduled_range(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        queue: Option<u32>,
+        limit: usize,
+    ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.walk_scheduled(keys, false, |key, iter| {
+            if queue.is_none_or(|q| q == key.queue) {
+                out.push((
+                    key,
+                    Bytes::copy_from_slice(iter.value().unwrap_or_default()),
+                ));
+            }
+            out.len() < limit
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the scheduled keys in `from..until`, in order, until `visit`
+    /// returns false. Records are not read out (a timeline counts keys only).
+    pub fn for_each_scheduled_key(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        mut visit: impl FnMut(ScheduleKey) -> bool,
+    ) -> Result<(), StoreError> {
+        self.walk_scheduled(keys, true, |key, _| visit(key))
+    }
+
+    fn walk_scheduled(
+        &self,
+        keys: std::ops::Range<ScheduleKey>,
+        bulk: bool,
+        mut visit: impl FnMut(ScheduleKey, &rocksdb::DBRawIteratorWithThreadMode<'_, DB>) -> bool,
+    ) -> Result<(), StoreError> {
+        if keys.start >= keys.end {
+            return Ok(());
+        }
+        let db = self.inner.database.get()?;
+        let cf = cf(&db, CF_SCHEDULED)?;
+        let mut read = match bulk {
+            // Keeps millions of keys' blocks out of the cache the broker's
+            // index and filter blocks live in.
+            true => read_once(),
+            // A page is read again as an auditor pages back and forth.
+            false => ReadOptions::default(),
+        };
+        read.set_iterate_upper_bound(keys.end.encode().to_vec());
+        let mut iter = db.raw_iterator_cf_opt(cf, read);
+        iter.seek(keys.start.encode());
+        while iter.valid() {
+            let Some(raw) = iter.key() else { break };
+            let key = ScheduleKey::decode(raw).ok_or_else(|| StoreError::Corrupt(raw.to_vec()))?;
+            if !visit(key, &iter) {
+                return Ok(());
+            }
+            iter.next();
+        }
+        iter.status()?;
+        Ok(())
+    }
+
     /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
     pub fn disk_usage(&self) -> u64 {
         let Ok(db) = self.inner.database.get() else {
@@ -485,6 +553,47 @@ mod tests {
         assert!(Completion::ready().into_written().is_err());
         let (_hold, held) = store.submit(put(9, 500)).held_back();
         assert!(held.into_written().is_err());
+    }
+
+    #[tokio::test]
+    async fn scheduled_ranges_step_over_other_queues_and_stop_at_their_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let key = |due_ms, queue| ScheduleKey {
+            due_ms,
+            queue,
+            seq: due_ms,
+        };
+        let puts = (1..=100u64)
+            .map(|due| Op::PutScheduled {
+                key: key(due, (due % 3) as u32),
+                record: Bytes::from(due.to_string()),
+            })
+            .collect();
+        store.submit_all(puts).wait().await.unwrap();
+        let range = key(10, 0)..key(40, 0);
+        let all = store
+            .scan_scheduled_range(range.clone(), None, 1000)
+            .unwrap();
+        let dues: Vec<u64> = all.iter().map(|(k, _)| k.due_ms).collect();
+        assert_eq!(dues, (10..40).collect::<Vec<_>>());
+        assert_eq!(all[0].1, "10");
+        let ones = store
+            .scan_scheduled_range(range.clone(), Some(1), 4)
+            .unwrap();
+        let dues: Vec<u64> = ones.iter().map(|(k, _)| k.due_ms).collect();
+        assert_eq!(dues, [10, 13, 16, 19]);
+        assert_eq!(ones[3].1, "19");
+        let mut counted = 0;
+        store
+            .for_each_scheduled_key(range, |k| {
+                counted += 1;
+                k.due_ms < 20
+            })
+            .unwrap();
+        assert_eq!(counted, 11, "stops when told to");
+        let empty = store.scan_scheduled_range(key(40, 0)..key(40, 0), None, 10);
+        assert!(empty.unwrap().is_empty());
     }
 
     fn memtable_bytes(store: &Store) -> u64 {

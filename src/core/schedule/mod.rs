@@ -18,17 +18,24 @@
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
 
+mod edit;
+mod listing;
 mod parked;
 mod stored;
 #[cfg(test)]
 mod tests;
 
+pub use edit::{MessageEdit, ScheduleEditError, MAX_TIMELINE_BUCKETS};
+pub use listing::{
+    Headers, PropertyEntry, PropertyValue, SchedulePage, ScheduleQuery, ScheduledDetail,
+    ScheduledSummary, Timeline,
+};
 pub use stored::{
     cancel as cancel_stored, format_key, list as list_stored, next_key, parse_key, queue_names,
     read as read_stored, reschedule as reschedule_stored, ScheduledMessage, FIRST_KEY,
 };
 
-use super::broker::{Broker, DelayedDelivery};
+use super::broker::{Broker, DelayedDelivery, WeakBroker};
 use super::fast_map::{FastMap, FastSet};
 use super::message::{now_ms, Message};
 use super::persist::{self, DecodeError};
@@ -150,6 +157,8 @@ impl Window {
 
 struct Inner {
     store: Store,
+    /// For queue names and settings; weak, as the broker holds the schedule.
+    broker: WeakBroker,
     window: Mutex<Window>,
     capacity: usize,
     max_bytes: usize,
@@ -186,6 +195,7 @@ impl Schedule {
         let boot_seq = now_ms() << 20;
         let inner = Arc::new(Inner {
             store: broker.store().clone(),
+            broker: broker.downgrade(),
             window: Mutex::new(Window {
                 entries: BTreeMap::new(),
                 bytes: 0,
@@ -234,100 +244,6 @@ impl Schedule {
     pub fn in_memory(&self) -> usize {
         let window = self.inner.window.lock();
         window.entries.len() + window.parked.len()
-    }
-
-    /// Up to `limit` of `queue`'s waiting messages with key >= `from`, by due time.
-    pub async fn list(
-        &self,
-        queue: u32,
-        from: ScheduleKey,
-        limit: usize,
-    ) -> Result<Vec<ScheduledMessage>, ScheduleError> {
-        let _paging = self.inner.paging.lock().await;
-        self.inner.barrier().await?;
-        let mut merged: BTreeMap<ScheduleKey, ScheduledMessage> = BTreeMap::new();
-        {
-            let window = self.inner.window.lock();
-            for (key, w) in window.parked.of_queue(queue, from).take(limit) {
-                merged.insert(*key, w.to_scheduled(*key));
-            }
-            for (key, w) in window.entries.range(from..) {
-                if w.queue == queue {
-                    merged.insert(*key, w.to_scheduled(*key));
-                }
-                if merged.len() >= limit {
-                    break;
-                }
-            }
-        }
-        // On-disk entries of the window are also in `merged`; the disk copy
-        // of one being delivered right now may still show: an audit is a snapshot.
-        for entry in stored::list(&self.inner.store, Some(queue), from, limit)? {
-            merged.entry(entry.key).or_insert(entry);
-        }
-        Ok(merged.into_values().take(limit).collect())
-    }
-
-    /// Removes a waiting message; it will not be delivered.
-    pub async fn cancel(&self, key: ScheduleKey) -> Result<ScheduledMessage, ScheduleError> {
-        let _paging = self.inner.paging.lock().await;
-        match self.inner.take(key)? {
-            Some(w) => {
-                let entry = w.to_scheduled(key);
-                if w.on_disk {
-                    self.inner
-                        .store
-                        .submit(Op::DeleteScheduled { key })
-                        .wait()
-                        .await?;
-                }
-                Ok(entry)
-            }
-            None => {
-                self.inner.barrier().await?;
-                stored::cancel(&self.inner.store, key).await
-            }
-        }
-    }
-
-    /// Moves a waiting message to another due time (in the past: deliver now).
-    /// Returns its new key.
-    pub async fn reschedule(
-        &self,
-        key: ScheduleKey,
-        new_due_ms: u64,
-    ) -> Result<ScheduleKey, ScheduleError> {
-        let _paging = self.inner.paging.lock().await;
-        let entry = match self.inner.take(key)? {
-            Some(w) => w.to_scheduled(key),
-            None => {
-                self.inner.barrier().await?;
-                stored::read(&self.inner.store, key)?
-                    .ok_or_else(|| ScheduleError::NotFound(format_key(&key)))?
-            }
-        };
-        // The queue's durability is not known here: an entry on disk stays on disk.
-        let moved = stored::moved(entry, new_due_ms);
-        let new_key = moved.key;
-        let completion = self.inner.store.submit_all(vec![
-            Op::DeleteScheduled { key },
-            Op::PutScheduled {
-                key: new_key,
-                record: persist::encode(&moved.message, moved.delivery_count),
-            },
-        ]);
-        self.inner.insert(
-            new_key,
-            Waiting {
-                queue: new_key.queue,
-                message: moved.message,
-                delivery_count: moved.delivery_count,
-                durable: moved.durable,
-                on_disk: true,
-            },
-        );
-        completion.wait().await?;
-        Ok(new_key)
     }
 }
 

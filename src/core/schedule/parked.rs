@@ -74,16 +74,13 @@ impl Parked {
         Some(w)
     }
 
-    /// `queue`'s entries with a key at or after `from`, in due order.
-    pub fn of_queue(
-        &self,
-        queue: u32,
-        from: ScheduleKey,
-    ) -> impl Iterator<Item = &(ScheduleKey, Waiting)> {
-        self.queues
-            .get(&queue)
-            .into_iter()
-            .flatten()
-            .filter(move |(key, _)| *key >= from)
+    pub fn get(&self, key: &ScheduleKey) -> Option<&Waiting> {
+        let waiting = self.queues.get(&key.queue)?;
+        waiting.iter().find(|(k, _)| k == key).map(|(_, w)| w)
+    }
+
+    /// Every entry, in due order within each queue.
+    pub fn iter(&self) -> impl Iterator<Item = (&ScheduleKey, &Waiting)> {
+        self.queues.values().flatten().map(|(key, w)| (key, w))
     }
 }

@@ -3,6 +3,7 @@
 //! entries that are not in its window; `weir schedule` uses them on the data
 //! dir of a stopped broker.
 
+use super::listing::{stored_page, KeyFilter};
 use super::ScheduleError;
 use crate::core::message::Message;
 use crate::core::persist;
@@ -97,34 +98,18 @@ pub fn read(store: &Store, key: ScheduleKey) -> Result<Option<ScheduledMessage>,
 
 /// Up to `limit` entries with key >= `from` in due-time order, of one queue or
 /// of all. Entries are ordered by due time first, so picking one queue's
-/// entries reads past the others': fine for an audit, not for a hot path.
+/// entries steps over the others' keys (without reading their records).
 pub fn list(
     store: &Store,
     queue: Option<u32>,
     from: ScheduleKey,
     limit: usize,
 ) -> Result<Vec<ScheduledMessage>, ScheduleError> {
-    const PAGE: usize = 1024;
-    let mut out = Vec::new();
-    let mut cursor = from.max(FIRST_KEY);
-    while out.len() < limit {
-        let page = store.scan_scheduled(cursor, PAGE)?;
-        let done = page.len() < PAGE;
-        for (key, record) in page {
-            cursor = next_key(key);
-            if queue.is_some_and(|q| q != key.queue) {
-                continue;
-            }
-            out.push(decode(key, record)?);
-            if out.len() >= limit {
-                break;
-            }
-        }
-        if done {
-            break;
-        }
-    }
-    Ok(out)
+    let filter = KeyFilter {
+        keys: from.max(FIRST_KEY)..super::MAX_KEY,
+        queue,
+    };
+    stored_page(store, &filter, limit)
 }
 
 /// Removes the entry under `key` from disk and returns it.

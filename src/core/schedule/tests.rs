@@ -8,6 +8,8 @@ use crate::core::{BrokerOptions, ConsumerOptions, Delivery, RoutingType};
 use crate::store::StoreOptions;
 use std::collections::HashSet;
 
+mod edit;
+
 fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
     open_with(
         dir,
@@ -191,37 +193,52 @@ async fn list_cancel_and_reschedule() {
             .await
             .unwrap();
     }
-    let listed = schedule.list(queue.id(), FIRST_KEY, 100).await.unwrap();
-    let bodies: Vec<String> = listed
-        .iter()
-        .map(|e| String::from_utf8_lossy(&e.message.body).into_owned())
-        .collect();
+    let listed = list_all(&schedule, "q").await;
+    let bodies: Vec<&str> = listed.iter().map(|e| e.body_preview.as_str()).collect();
     assert_eq!(bodies, ["0", "1", "2", "3", "4"]);
-    // Paged by key: from the third entry on.
-    let rest = schedule.list(queue.id(), listed[2].key, 2).await.unwrap();
-    assert_eq!(rest.len(), 2);
-    assert_eq!(rest[0].key, listed[2].key);
+    // Paged by cursor: after the second entry.
+    let rest = schedule
+        .list_page(&ScheduleQuery {
+            cursor: Some(listed[1].id.clone()),
+            limit: 2,
+            ..ScheduleQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 2);
+    assert_eq!(rest.items[0].id, listed[2].id);
+    assert_eq!(rest.next.as_deref(), Some(listed[3].id.as_str()));
 
     // "1" is in the window, "4" only on disk (window of 2).
-    schedule.cancel(listed[1].key).await.unwrap();
-    schedule.cancel(listed[4].key).await.unwrap();
+    schedule.cancel(&listed[1].id).await.unwrap();
+    schedule.cancel(&listed[4].id).await.unwrap();
     assert!(matches!(
-        schedule.cancel(listed[4].key).await,
-        Err(ScheduleError::NotFound(_))
+        schedule.cancel(&listed[4].id).await,
+        Err(ScheduleEditError::NotFound(_))
     ));
-    let new_key = schedule.reschedule(listed[3].key, now_ms()).await.unwrap();
-    assert_eq!(new_key.seq, listed[3].key.seq);
+    let moved = schedule.reschedule(&listed[3].id, now_ms()).await.unwrap();
+    let new_key = parse_key(&moved.id).unwrap();
+    assert_eq!(new_key.seq, parse_key(&listed[3].id).unwrap().seq);
 
     let (_sub, mut rx) = consume(&broker);
     let got = receive(&mut rx, 1).await;
     assert_eq!(body(&got[0].0), "3", "rescheduled to now");
-    let left = schedule.list(queue.id(), FIRST_KEY, 100).await.unwrap();
-    let bodies: Vec<String> = left
-        .iter()
-        .map(|e| String::from_utf8_lossy(&e.message.body).into_owned())
-        .collect();
+    let left = list_all(&schedule, "q").await;
+    let bodies: Vec<&str> = left.iter().map(|e| e.body_preview.as_str()).collect();
     assert_eq!(bodies, ["0", "2"]);
+    assert_eq!(queue.id(), new_key.queue);
     schedule.shutdown().await;
+}
+
+/// Every waiting message of `queue`, one page.
+async fn list_all(schedule: &Schedule, queue: &str) -> Vec<ScheduledSummary> {
+    let query = ScheduleQuery {
+        queue: Some(queue.to_owned()),
+        limit: 100_000,
+        preview_bytes: 64,
+        ..ScheduleQuery::default()
+    };
+    schedule.list_page(&query).await.unwrap().items
 }
 
 #[tokio::test]
@@ -360,9 +377,9 @@ async fn a_burst_waits_in_the_schedule_not_in_a_paging_queue() {
     assert_eq!(stats.ready, 10);
     assert_eq!(schedule.in_memory(), n - 15);
     // An auditor still sees (and may cancel) what waits for room.
-    let waiting = schedule.list(queue.id(), FIRST_KEY, 1000).await.unwrap();
+    let waiting = list_all(&schedule, "q").await;
     assert_eq!(waiting.len(), n - 15);
-    let last = waiting[waiting.len() - 1].key;
+    let last = &waiting[waiting.len() - 1].id;
     schedule.cancel(last).await.unwrap();
     let n = n - 1;
     while got.len() < n {
