@@ -53,10 +53,13 @@ pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
         consumers_before_dispatch: case.consumers_before_dispatch,
         delay_before_dispatch: case.delay_before_dispatch,
         redelivery_delay: case.redelivery_delay,
+        redelivery_multiplier: case.redelivery_multiplier,
+        max_redelivery_delay: case.max_redelivery_delay,
         max_delivery_attempts: case.max_delivery_attempts,
         group_buckets: case.group_buckets,
         durable: case.durable,
         group_rebalance: case.group_rebalance,
+        group_rebalance_pause_dispatch: case.group_rebalance_pause_dispatch,
         dead_letter_address: Some(DEAD_LETTERS.to_owned()),
         expiry_address: Some(EXPIRED.to_owned()),
         ..QueueSettings::default()
@@ -69,10 +72,13 @@ pub fn model_settings(case: &CaseSettings) -> ModelSettings {
         consumers_before_dispatch: case.consumers_before_dispatch,
         delay_before_dispatch: case.delay_before_dispatch.map(|d| d.as_millis() as Ms),
         redelivery_delay: case.redelivery_delay.as_millis() as Ms,
+        redelivery_multiplier: case.redelivery_multiplier,
+        max_redelivery_delay: case.max_redelivery_delay.as_millis() as Ms,
         max_delivery_attempts: case.max_delivery_attempts,
         group_buckets: case.group_buckets,
         durable: case.durable,
         group_rebalance: case.group_rebalance,
+        group_rebalance_pause_dispatch: case.group_rebalance_pause_dispatch,
     }
 }
 

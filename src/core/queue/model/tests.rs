@@ -164,10 +164,13 @@ fn plain() -> CaseSettings {
         consumers_before_dispatch: 0,
         delay_before_dispatch: None,
         redelivery_delay: Duration::ZERO,
+        redelivery_multiplier: 1.0,
+        max_redelivery_delay: Duration::from_secs(600),
         max_delivery_attempts: 0,
         group_buckets: -1,
         durable: false,
         group_rebalance: false,
+        group_rebalance_pause_dispatch: false,
     }
 }
 
@@ -807,4 +810,47 @@ fn a_transaction_applies_whole_or_not_at_all() {
     ] {
         holds(&plain(), &ops(end));
     }
+}
+
+// Settings the model covers besides the scenarios, pinned by a case
+// each so a change of meaning shows by name.
+
+#[test]
+fn a_rebalance_that_pauses_dispatch_holds_a_group_until_its_old_owner_settles() {
+    let case = CaseSettings {
+        group_rebalance: true,
+        group_rebalance_pause_dispatch: true,
+        ..plain()
+    };
+    // c1 holds m0 and m1 of G0 when c2 arrives: m2 goes to nobody until c1
+    // has settled both, then to either.
+    let ops = [
+        consumer(2, 0),
+        send(Some(0)),
+        send(Some(0)),
+        send(Some(0)),
+        consumer(1, 0),
+        settle_first(SettleOp::Ack),
+        settle_first(SettleOp::Ack),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn each_failed_attempt_waits_longer_by_the_redelivery_multiplier() {
+    let case = CaseSettings {
+        redelivery_delay: Duration::from_millis(10),
+        redelivery_multiplier: 2.0,
+        ..plain()
+    };
+    // The second NACK of m0 waits 20 ms, not 10.
+    let ops = [
+        consumer(1, 0),
+        send(None),
+        settle_first(SettleOp::Nack),
+        Op::Advance { ms: 20 },
+        settle_first(SettleOp::Nack),
+        Op::Advance { ms: 30 },
+    ];
+    holds(&case, &ops);
 }
