@@ -33,6 +33,13 @@ pub struct CaseSettings {
     /// With `group_rebalance`: a group whose old owner still holds some of
     /// its messages waits until they are settled.
     pub group_rebalance_pause_dispatch: bool,
+    /// A send delayed longer is refused, or with `clamp_delays` due at this.
+    pub max_message_delay: Duration,
+    pub clamp_delays: bool,
+    /// The connection's transaction limits: operations, and bytes of
+    /// messages (each about 400), one transaction may hold.
+    pub max_transaction_ops: usize,
+    pub max_transaction_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -207,6 +214,24 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
     } else {
         Just((Duration::ZERO, 1.0f64, Duration::from_secs(600))).boxed()
     };
+    // 25 ms: some of the sends' delays (5-40 ms) are over it.
+    let max_delay = if family.timing() {
+        (
+            prop_oneof![
+                2 => Just(Duration::from_secs(900)),
+                1 => Just(Duration::from_millis(25))
+            ],
+            any::<bool>(),
+        )
+            .boxed()
+    } else {
+        Just((Duration::from_secs(900), false)).boxed()
+    };
+    // A transaction holds up to 6 operations: small limits refuse some.
+    let txn_limits = prop_oneof![
+        3 => Just((100_000usize, 64usize << 20)),
+        1 => (1usize..=4, 1_000usize..=3_000),
+    ];
     let durable = if all || family == Family::Restart {
         any::<bool>().boxed()
     } else {
@@ -222,6 +247,7 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
         prop_oneof![Just(-1i32), Just(0), Just(2)],
         durable,
         (prop::bool::weighted(0.2), any::<bool>()),
+        (max_delay, txn_limits),
     )
         .prop_map(
             |(
@@ -234,6 +260,7 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                 group_buckets,
                 durable,
                 (group_rebalance, group_rebalance_pause_dispatch),
+                ((max_message_delay, clamp_delays), (max_transaction_ops, max_transaction_bytes)),
             )| CaseSettings {
                 max_memory_messages,
                 max_size_bytes,
@@ -252,6 +279,10 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                 durable,
                 group_rebalance,
                 group_rebalance_pause_dispatch: group_rebalance && group_rebalance_pause_dispatch,
+                max_message_delay,
+                clamp_delays,
+                max_transaction_ops,
+                max_transaction_bytes,
             },
         )
         .boxed()

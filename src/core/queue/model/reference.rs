@@ -81,6 +81,9 @@ pub enum Invariant {
     Restart,
     /// The queue settles down between operations.
     Quiescence,
+    /// A delay over `max_message_delay`, or a transaction over its limits, is
+    /// refused (the delay clamped, if so set); nothing within them is.
+    Limit,
 }
 
 #[derive(Debug, Clone)]

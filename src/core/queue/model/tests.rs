@@ -171,6 +171,10 @@ fn plain() -> CaseSettings {
         durable: false,
         group_rebalance: false,
         group_rebalance_pause_dispatch: false,
+        max_message_delay: Duration::from_secs(900),
+        clamp_delays: false,
+        max_transaction_ops: 100_000,
+        max_transaction_bytes: 64 << 20,
     }
 }
 
@@ -853,4 +857,48 @@ fn each_failed_attempt_waits_longer_by_the_redelivery_multiplier() {
         Op::Advance { ms: 30 },
     ];
     holds(&case, &ops);
+}
+
+#[test]
+fn a_send_delayed_past_the_maximum_is_refused_or_clamped() {
+    // 40 ms against a maximum of 20: refused, or due at 20 ms.
+    for clamp_delays in [false, true] {
+        let case = CaseSettings {
+            max_message_delay: Duration::from_millis(20),
+            clamp_delays,
+            ..plain()
+        };
+        let late = send_with(None, |s| s.delay_ms = Some(40));
+        let ops = [
+            consumer(2, 0),
+            late.clone(),
+            txn(&[], vec![late, send(None)], TxnEnd::Commit),
+            Op::Advance { ms: 30 },
+        ];
+        holds(&case, &ops);
+    }
+}
+
+#[test]
+fn a_transaction_over_its_limits_applies_nothing() {
+    // Four operations against a limit of two, then three sends of about
+    // 400 bytes each against a limit of 1,000 bytes.
+    for (max_transaction_ops, max_transaction_bytes) in [(2, 64 << 20), (100, 1_000)] {
+        let case = CaseSettings {
+            max_transaction_ops,
+            max_transaction_bytes,
+            ..plain()
+        };
+        let ops = [
+            consumer(2, 0),
+            send(Some(1)),
+            txn(
+                &[(0, 0, true)],
+                vec![send(Some(1)), send(None), send(None)],
+                TxnEnd::Commit,
+            ),
+            txn(&[(0, 0, true)], vec![send(Some(1))], TxnEnd::Commit),
+        ];
+        holds(&case, &ops);
+    }
 }
