@@ -18,13 +18,13 @@ use crate::core::consumer::MessageFilter;
 use crate::core::deliveries::{self, Deliveries, DeliverySink};
 use crate::core::message::now_ms;
 use crate::core::schedule::{Schedule, ScheduleOptions};
-use crate::core::settings::QueueSettings;
+use crate::core::settings::{DelayOverMax, QueueSettings};
 use crate::core::transaction::{
     Settlement, Target, TransactionError, TransactionLimits, Transactions,
 };
 use crate::core::{
-    Broker, BrokerOptions, ConsumerOptions, CreditMode, Delivery, Message, Release, RoutingType,
-    Subscription, Value,
+    Broker, BrokerOptions, ConsumerOptions, CoreError, CreditMode, Delivery, Message, Release,
+    RoutingType, Subscription, Value,
 };
 use crate::store::{FsyncPolicy, ScheduleKey, Store, StoreOptions};
 use std::collections::HashMap;
@@ -53,10 +53,18 @@ pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
         consumers_before_dispatch: case.consumers_before_dispatch,
         delay_before_dispatch: case.delay_before_dispatch,
         redelivery_delay: case.redelivery_delay,
+        redelivery_multiplier: case.redelivery_multiplier,
+        max_redelivery_delay: case.max_redelivery_delay,
         max_delivery_attempts: case.max_delivery_attempts,
         group_buckets: case.group_buckets,
         durable: case.durable,
         group_rebalance: case.group_rebalance,
+        group_rebalance_pause_dispatch: case.group_rebalance_pause_dispatch,
+        max_message_delay: case.max_message_delay,
+        delay_over_max: match case.clamp_delays {
+            true => DelayOverMax::Clamp,
+            false => DelayOverMax::Reject,
+        },
         dead_letter_address: Some(DEAD_LETTERS.to_owned()),
         expiry_address: Some(EXPIRED.to_owned()),
         ..QueueSettings::default()
@@ -69,10 +77,13 @@ pub fn model_settings(case: &CaseSettings) -> ModelSettings {
         consumers_before_dispatch: case.consumers_before_dispatch,
         delay_before_dispatch: case.delay_before_dispatch.map(|d| d.as_millis() as Ms),
         redelivery_delay: case.redelivery_delay.as_millis() as Ms,
+        redelivery_multiplier: case.redelivery_multiplier,
+        max_redelivery_delay: case.max_redelivery_delay.as_millis() as Ms,
         max_delivery_attempts: case.max_delivery_attempts,
         group_buckets: case.group_buckets,
         durable: case.durable,
         group_rebalance: case.group_rebalance,
+        group_rebalance_pause_dispatch: case.group_rebalance_pause_dispatch,
     }
 }
 
@@ -122,6 +133,10 @@ pub struct Driver {
     held: HashMap<MsgId, Delivery>,
     next_cid: Cid,
     tracing: bool,
+    /// `max_message_delay`, and whether longer delays are clamped to it.
+    max_delay: Ms,
+    clamp_delays: bool,
+    txn_limits: TransactionLimits,
 }
 
 type Step = Result<(), Violation>;
@@ -129,6 +144,13 @@ type Step = Result<(), Violation>;
 fn broken(detail: String) -> Violation {
     Violation {
         invariant: Invariant::NoLoss,
+        detail,
+    }
+}
+
+fn over_limit(detail: String) -> Violation {
+    Violation {
+        invariant: Invariant::Limit,
         detail,
     }
 }
@@ -146,6 +168,13 @@ impl Driver {
             held: HashMap::new(),
             next_cid: 1,
             tracing: std::env::var_os("QUEUE_MODEL_TRACE").is_some(),
+            max_delay: case.max_message_delay.as_millis() as Ms,
+            clamp_delays: case.clamp_delays,
+            txn_limits: TransactionLimits {
+                max_ops: case.max_transaction_ops,
+                max_bytes: case.max_transaction_bytes,
+                ..TransactionLimits::default()
+            },
         };
         driver.open();
         driver
@@ -285,16 +314,54 @@ impl Driver {
         }
     }
 
+    /// Whether `op`'s delay may be over `max_message_delay`: the core
+    /// measures it from a moment later, so only a longer one can be.
+    fn may_be_over_max_delay(&self, op: &SendOp) -> bool {
+        op.delay_ms.is_some_and(|d| d > self.max_delay)
+    }
+
+    /// Whether `op`, stamped at `now`, had a delay over `max_message_delay`
+    /// whenever the core measured it before `hi`.
+    fn surely_over_max_delay(&self, op: &SendOp, now: Ms, hi: Ms) -> bool {
+        op.delay_ms
+            .is_some_and(|d| d > self.max_delay + (hi - now) + 1)
+    }
+
+    /// The message of `op` stamped at `now`, and what the model is told of
+    /// it: a delay over the maximum clamped, if the queue clamps (due at the
+    /// earliest time the core can have made it).
+    fn message(&self, id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
+        let (mut sent, message) = message(id, op, now);
+        if self.clamp_delays && self.may_be_over_max_delay(op) {
+            sent.due = Some(now + self.max_delay);
+        }
+        (sent, message)
+    }
+
     fn send(&mut self, op: &SendOp) -> Step {
         let id = self.model.message_count();
-        let (sent, message) = message(id, op, now_ms());
+        let now = now_ms();
+        let (sent, message) = self.message(id, op, now);
         let rt = self.rt();
         let _entered = rt.enter();
         let lo = now_ms();
-        if let Err(e) = self.core().broker.publish(message, RoutingType::Anycast) {
-            return Err(broken(format!("publish of m{id} refused: {e}")));
-        }
+        let published = self.core().broker.publish(message, RoutingType::Anycast);
         let hi = now_ms();
+        let refusable = !self.clamp_delays && self.may_be_over_max_delay(op);
+        match published {
+            Err(CoreError::DelayTooLong { .. }) if refusable => {
+                self.trace(|| format!("  m{id} refused: its delay is over the maximum"));
+                return Ok(());
+            }
+            Err(e) => return Err(broken(format!("publish of m{id} refused: {e}"))),
+            Ok(_) if refusable && self.surely_over_max_delay(op, now, hi) => {
+                return Err(over_limit(format!(
+                    "m{id} accepted with a delay of {:?} ms, over the maximum {} ms",
+                    op.delay_ms, self.max_delay
+                )))
+            }
+            Ok(_) => {}
+        }
         self.trace(|| format!("  sent m{id}: {sent:?}"));
         self.model.send(sent, Span { lo, hi });
         self.drain(lo)?;
@@ -306,7 +373,7 @@ impl Driver {
     /// the acknowledgements (a consumer's together), then the sends.
     fn txn(&mut self, op: &TxnOp) -> Step {
         const TXN: u32 = 1;
-        let mut txns = Transactions::new(TransactionLimits::default());
+        let mut txns = Transactions::new(self.txn_limits);
         if txns.begin(TXN).is_err() {
             return Err(broken("a transaction would not begin".to_owned()));
         }
@@ -314,16 +381,46 @@ impl Driver {
         let _entered = rt.enter();
         let first = self.model.message_count();
         let mut sent = Vec::new();
+        // What the transaction holds, as the core counts it against its
+        // limits, and whether an operation was refused (nothing applies then).
+        let limits = self.txn_limits;
+        let (mut ops, mut bytes, mut doomed) = (0usize, 0usize, false);
         for (i, send) in op.sends.iter().enumerate() {
-            let (s, message) = message(first + i, send, now_ms());
+            let id = first + i;
+            let now = now_ms();
+            let (s, message) = self.message(id, send, now);
+            let weight = message.weight();
             let broker = &self.core().broker;
-            if let Err(e) = txns.send(broker, &TXN, message, Target::Routed(RoutingType::Anycast)) {
-                return Err(broken(format!(
-                    "send of m{} in a transaction refused: {e}",
-                    first + i
-                )));
+            let added = txns.send(broker, &TXN, message, Target::Routed(RoutingType::Anycast));
+            let refused = doomed || ops >= limits.max_ops || bytes + weight > limits.max_bytes;
+            let refusable = !self.clamp_delays && self.may_be_over_max_delay(send);
+            match added {
+                Ok(()) if refused => {
+                    return Err(over_limit(format!(
+                        "send of m{id} accepted in a transaction over its limits ({ops} operations, {bytes} bytes)"
+                    )))
+                }
+                Ok(()) if refusable && self.surely_over_max_delay(send, now, now_ms()) => {
+                    return Err(over_limit(format!(
+                        "send of m{id} accepted in a transaction with a delay of {:?} ms, over the maximum {} ms",
+                        send.delay_ms, self.max_delay
+                    )))
+                }
+                Ok(()) => {
+                    ops += 1;
+                    bytes += weight;
+                    sent.push(s);
+                }
+                Err(_) if refused => doomed = true,
+                Err(TransactionError::Core(CoreError::DelayTooLong { .. })) if refusable => {
+                    doomed = true
+                }
+                Err(e) => {
+                    return Err(broken(format!(
+                        "send of m{id} in a transaction refused: {e}"
+                    )))
+                }
             }
-            sent.push(s);
         }
         // (consumer, message, acknowledged) in the order they were added.
         let mut settled: Vec<(Cid, MsgId, bool)> = Vec::new();
@@ -354,15 +451,29 @@ impl Driver {
             } else {
                 Settlement::Release(Release::Failed)
             };
-            if let Err(e) = txns.settle(&TXN, &delivery.queue, delivery.consumer, delivery.seq, how)
-            {
-                return Err(broken(format!(
-                    "c{cid} could not settle m{id} in a transaction: {e}"
-                )));
+            // Held even when refused: it comes back when the transaction ends.
+            let added = txns.settle(&TXN, &delivery.queue, delivery.consumer, delivery.seq, how);
+            ops += 1;
+            let refused = doomed || ops > limits.max_ops;
+            match added {
+                Ok(()) if refused => {
+                    return Err(over_limit(format!(
+                        "c{cid}'s settlement of m{id} accepted in a transaction over its limits ({ops} operations)"
+                    )))
+                }
+                Ok(()) => {}
+                Err(_) if refused => doomed = true,
+                Err(e) => {
+                    return Err(broken(format!(
+                        "c{cid} could not settle m{id} in a transaction: {e}"
+                    )))
+                }
             }
             settled.push((*cid, id, s.ack));
         }
-        self.trace(|| format!("  transaction: sends {sent:?}, settles {settled:?}"));
+        self.trace(|| {
+            format!("  transaction: sends {sent:?}, settles {settled:?}, refused: {doomed}")
+        });
         let mut gone = None;
         match op.end {
             TxnEnd::Commit | TxnEnd::Rollback => {}
@@ -396,6 +507,12 @@ impl Driver {
         };
         let hi = now_ms();
         let committed = match (applied, op.end) {
+            (Ok(true), _) if doomed => {
+                return Err(over_limit(
+                    "a transaction with a refused operation committed".to_owned(),
+                ))
+            }
+            (Err(_), end) if doomed && end != TxnEnd::Rollback => false,
             (Ok(true), TxnEnd::Commit) => true,
             (Ok(false), TxnEnd::Rollback) => false,
             (Err(_), TxnEnd::RefusedThenCommit) => false,

@@ -21,11 +21,25 @@ pub struct CaseSettings {
     /// `None` waits without a time limit, `Some(ZERO)` does not wait.
     pub delay_before_dispatch: Option<Duration>,
     pub redelivery_delay: Duration,
+    /// Each further failed attempt waits this many times longer...
+    pub redelivery_multiplier: f64,
+    /// ...up to this (never below `redelivery_delay`).
+    pub max_redelivery_delay: Duration,
     /// 0: unlimited.
     pub max_delivery_attempts: u32,
     pub group_buckets: i32,
     pub durable: bool,
     pub group_rebalance: bool,
+    /// With `group_rebalance`: a group whose old owner still holds some of
+    /// its messages waits until they are settled.
+    pub group_rebalance_pause_dispatch: bool,
+    /// A send delayed longer is refused, or with `clamp_delays` due at this.
+    pub max_message_delay: Duration,
+    pub clamp_delays: bool,
+    /// The connection's transaction limits: operations, and bytes of
+    /// messages (each about 400), one transaction may hold.
+    pub max_transaction_ops: usize,
+    pub max_transaction_bytes: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -185,11 +199,39 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
         Just(Some(Duration::ZERO)),
         (10u64..=30).prop_map(|ms| Some(Duration::from_millis(ms))),
     ];
-    let redelivery_delay = if family.timing() {
-        prop_oneof![Just(Duration::ZERO), Just(Duration::from_millis(10))].boxed()
+    // The delay, its multiplier and its cap: 10 ms, then 20 ms (or the cap
+    // of 15 ms), 40 ms...
+    let redelivery = if family.timing() {
+        (
+            prop_oneof![Just(Duration::ZERO), Just(Duration::from_millis(10))],
+            prop_oneof![Just(1.0f64), Just(2.0)],
+            prop_oneof![
+                Just(Duration::from_millis(15)),
+                Just(Duration::from_secs(600))
+            ],
+        )
+            .boxed()
     } else {
-        Just(Duration::ZERO).boxed()
+        Just((Duration::ZERO, 1.0f64, Duration::from_secs(600))).boxed()
     };
+    // 25 ms: some of the sends' delays (5-40 ms) are over it.
+    let max_delay = if family.timing() {
+        (
+            prop_oneof![
+                2 => Just(Duration::from_secs(900)),
+                1 => Just(Duration::from_millis(25))
+            ],
+            any::<bool>(),
+        )
+            .boxed()
+    } else {
+        Just((Duration::from_secs(900), false)).boxed()
+    };
+    // A transaction holds up to 6 operations: small limits refuse some.
+    let txn_limits = prop_oneof![
+        3 => Just((100_000usize, 64usize << 20)),
+        1 => (1usize..=4, 1_000usize..=3_000),
+    ];
     let durable = if all || family == Family::Restart {
         any::<bool>().boxed()
     } else {
@@ -200,11 +242,12 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
         exclusive,
         gate,
         gate_delay,
-        redelivery_delay,
+        redelivery,
         prop_oneof![Just(0u32), 2u32..=3],
         prop_oneof![Just(-1i32), Just(0), Just(2)],
         durable,
-        prop::bool::weighted(0.2),
+        (prop::bool::weighted(0.2), any::<bool>()),
+        (max_delay, txn_limits),
     )
         .prop_map(
             |(
@@ -212,11 +255,12 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                 exclusive,
                 consumers_before_dispatch,
                 delay_before_dispatch,
-                redelivery_delay,
+                (redelivery_delay, redelivery_multiplier, max_redelivery_delay),
                 max_delivery_attempts,
                 group_buckets,
                 durable,
-                group_rebalance,
+                (group_rebalance, group_rebalance_pause_dispatch),
+                ((max_message_delay, clamp_delays), (max_transaction_ops, max_transaction_bytes)),
             )| CaseSettings {
                 max_memory_messages,
                 max_size_bytes,
@@ -228,10 +272,17 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                     delay_before_dispatch
                 },
                 redelivery_delay,
+                redelivery_multiplier,
+                max_redelivery_delay,
                 max_delivery_attempts,
                 group_buckets,
                 durable,
                 group_rebalance,
+                group_rebalance_pause_dispatch: group_rebalance && group_rebalance_pause_dispatch,
+                max_message_delay,
+                clamp_delays,
+                max_transaction_ops,
+                max_transaction_bytes,
             },
         )
         .boxed()

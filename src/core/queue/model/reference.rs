@@ -81,6 +81,9 @@ pub enum Invariant {
     Restart,
     /// The queue settles down between operations.
     Quiescence,
+    /// A delay over `max_message_delay`, or a transaction over its limits, is
+    /// refused (the delay clamped, if so set); nothing within them is.
+    Limit,
 }
 
 #[derive(Debug, Clone)]
@@ -116,11 +119,18 @@ pub struct ModelSettings {
     /// `None` waits without a time limit; `Some(0)` does not wait.
     pub delay_before_dispatch: Option<Ms>,
     pub redelivery_delay: Ms,
+    /// The n-th failed attempt waits `redelivery_delay * multiplier^(n-1)`...
+    pub redelivery_multiplier: f64,
+    /// ...at most this long (but never less than `redelivery_delay`).
+    pub max_redelivery_delay: Ms,
     /// 0: unlimited.
     pub max_delivery_attempts: u32,
     pub group_buckets: i32,
     pub durable: bool,
     pub group_rebalance: bool,
+    /// A rebalance leaves a group whose old owner holds some of its messages
+    /// to nobody until they are settled.
+    pub group_rebalance_pause_dispatch: bool,
 }
 
 /// A message as sent.
@@ -252,8 +262,9 @@ pub struct Model {
     msgs: Vec<Msg>,
     consumers: BTreeMap<Cid, Consumer>,
     owners: HashMap<Arc<str>, Cid>,
-    /// Groups taken from a consumer by undeliverable-here while it still held
-    /// older messages of them: nobody gets them until it has settled those.
+    /// Groups taken from a consumer (by undeliverable-here, or by a rebalance
+    /// that pauses dispatch) while it still held older messages of them:
+    /// nobody gets them until those are settled.
     paused: HashMap<Arc<str>, Cid>,
     exclusive: Option<Cid>,
     /// The dispatch gate was opened by the consumer count (stays open until
@@ -395,6 +406,16 @@ impl Model {
             self.gate_opened = true;
         }
         if self.settings.group_rebalance {
+            if self.settings.group_rebalance_pause_dispatch {
+                for (lane, owner) in &self.owners {
+                    let busy = self.msgs.iter().any(|m| {
+                        m.lane.as_ref() == Some(lane) && matches!(m.place, Place::InFlight { .. })
+                    });
+                    if busy {
+                        self.paused.insert(lane.clone(), *owner);
+                    }
+                }
+            }
             self.owners.clear();
         }
     }
@@ -718,7 +739,7 @@ impl Model {
     /// A failed attempt (NACK, consumer close, connection drop).
     fn return_failed(&mut self, id: MsgId, now: Ms, since: u64) {
         let max = self.settings.max_delivery_attempts;
-        let delay = self.settings.redelivery_delay;
+        let delay = self.redelivery_delay(self.msgs[id].count);
         let m = &mut self.msgs[id];
         m.place = if max > 0 && m.count >= max {
             Place::DeadLettered
@@ -728,6 +749,15 @@ impl Model {
                 since,
             }
         };
+    }
+
+    /// How long a message waits after its `attempts`-th delivery failed.
+    fn redelivery_delay(&self, attempts: u32) -> Ms {
+        let s = &self.settings;
+        let grown = s.redelivery_delay as f64
+            * s.redelivery_multiplier
+                .powi(attempts.saturating_sub(1) as i32);
+        (grown as Ms).min(s.max_redelivery_delay.max(s.redelivery_delay))
     }
 
     /// `cid` detaches (closed, or its connection dropped); `now` is read before.

@@ -164,10 +164,17 @@ fn plain() -> CaseSettings {
         consumers_before_dispatch: 0,
         delay_before_dispatch: None,
         redelivery_delay: Duration::ZERO,
+        redelivery_multiplier: 1.0,
+        max_redelivery_delay: Duration::from_secs(600),
         max_delivery_attempts: 0,
         group_buckets: -1,
         durable: false,
         group_rebalance: false,
+        group_rebalance_pause_dispatch: false,
+        max_message_delay: Duration::from_secs(900),
+        clamp_delays: false,
+        max_transaction_ops: 100_000,
+        max_transaction_bytes: 64 << 20,
     }
 }
 
@@ -806,5 +813,92 @@ fn a_transaction_applies_whole_or_not_at_all() {
         TxnEnd::ConsumerLeavesThenCommit,
     ] {
         holds(&plain(), &ops(end));
+    }
+}
+
+// Settings the model covers besides the scenarios, pinned by a case
+// each so a change of meaning shows by name.
+
+#[test]
+fn a_rebalance_that_pauses_dispatch_holds_a_group_until_its_old_owner_settles() {
+    let case = CaseSettings {
+        group_rebalance: true,
+        group_rebalance_pause_dispatch: true,
+        ..plain()
+    };
+    // c1 holds m0 and m1 of G0 when c2 arrives: m2 goes to nobody until c1
+    // has settled both, then to either.
+    let ops = [
+        consumer(2, 0),
+        send(Some(0)),
+        send(Some(0)),
+        send(Some(0)),
+        consumer(1, 0),
+        settle_first(SettleOp::Ack),
+        settle_first(SettleOp::Ack),
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn each_failed_attempt_waits_longer_by_the_redelivery_multiplier() {
+    let case = CaseSettings {
+        redelivery_delay: Duration::from_millis(10),
+        redelivery_multiplier: 2.0,
+        ..plain()
+    };
+    // The second NACK of m0 waits 20 ms, not 10.
+    let ops = [
+        consumer(1, 0),
+        send(None),
+        settle_first(SettleOp::Nack),
+        Op::Advance { ms: 20 },
+        settle_first(SettleOp::Nack),
+        Op::Advance { ms: 30 },
+    ];
+    holds(&case, &ops);
+}
+
+#[test]
+fn a_send_delayed_past_the_maximum_is_refused_or_clamped() {
+    // 40 ms against a maximum of 20: refused, or due at 20 ms.
+    for clamp_delays in [false, true] {
+        let case = CaseSettings {
+            max_message_delay: Duration::from_millis(20),
+            clamp_delays,
+            ..plain()
+        };
+        let late = send_with(None, |s| s.delay_ms = Some(40));
+        let ops = [
+            consumer(2, 0),
+            late.clone(),
+            txn(&[], vec![late, send(None)], TxnEnd::Commit),
+            Op::Advance { ms: 30 },
+        ];
+        holds(&case, &ops);
+    }
+}
+
+#[test]
+fn a_transaction_over_its_limits_applies_nothing() {
+    // Four operations against a limit of two, then three sends of about
+    // 400 bytes each against a limit of 1,000 bytes.
+    for (max_transaction_ops, max_transaction_bytes) in [(2, 64 << 20), (100, 1_000)] {
+        let case = CaseSettings {
+            max_transaction_ops,
+            max_transaction_bytes,
+            ..plain()
+        };
+        let ops = [
+            consumer(2, 0),
+            send(Some(1)),
+            txn(
+                &[(0, 0, true)],
+                vec![send(Some(1)), send(None), send(None)],
+                TxnEnd::Commit,
+            ),
+            txn(&[(0, 0, true)], vec![send(Some(1))], TxnEnd::Commit),
+        ];
+        holds(&case, &ops);
     }
 }
