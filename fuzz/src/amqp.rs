@@ -16,14 +16,38 @@ use weir::protocol::amqp::{
 
 #[derive(Arbitrary, Debug)]
 pub struct Script {
+    pub handshake: Handshake,
+    /// An `open` and a `begin` on channel 0 before the frames, so that they meet a session.
+    pub session: bool,
+    pub frames: Vec<FrameStep>,
     /// The transport: TLS or not, and the user a client certificate names.
     pub tls: bool,
     pub certificate: Option<UserName>,
-    pub header: HeaderChoice,
-    pub sasl: Vec<SaslStep>,
-    /// The AMQP header after a SASL outcome.
-    pub amqp_header: bool,
-    pub frames: Vec<FrameStep>,
+}
+
+/// A handshake the broker accepts (most inputs should get to the frames), or any.
+/// `arbitrary` picks the first variant when the input runs out: the cheapest login.
+#[derive(Arbitrary, Debug)]
+pub enum Handshake {
+    Anonymous,
+    Scram {
+        sha512: bool,
+        user: UserName,
+        password: Password,
+    },
+    Plain {
+        user: UserName,
+        password: Password,
+    },
+    External,
+    /// The AMQP header without SASL (accepted while anonymous clients are).
+    NoSasl,
+    Custom {
+        header: HeaderChoice,
+        sasl: Vec<SaslStep>,
+        /// The AMQP header after a SASL outcome.
+        amqp_header: bool,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -372,97 +396,186 @@ fn few(n: u8) -> u16 {
 
 impl Script {
     pub fn steps(self) -> Vec<Step> {
-        let mut steps = Vec::new();
-        steps.push(Step::Write(
-            match self.header {
-                HeaderChoice::Sasl => ProtocolHeader::SASL.to_bytes(),
-                HeaderChoice::Amqp => ProtocolHeader::AMQP.to_bytes(),
-                HeaderChoice::Tls => *b"AMQP\x02\x01\x00\x00",
-                HeaderChoice::Raw(bytes) => bytes,
-            }
-            .to_vec(),
-        ));
-        // What the client-first message said after its GS2 header, for the client-final.
-        let mut scram_bare = String::new();
-        let mut scram_user = UserName::Unknown;
-        for step in self.sasl {
-            steps.push(match step {
-                SaslStep::Init {
-                    mechanism,
-                    response,
-                    hostname,
-                } => {
-                    let initial = match response {
-                        InitialResponse::None => None,
-                        InitialResponse::Plain {
-                            authzid,
-                            user,
-                            password,
-                        } => Some(
-                            format!("{authzid}\0{}\0{}", user.name(), password.for_user(&user))
-                                .into_bytes(),
-                        ),
-                        InitialResponse::ScramFirst {
-                            gs2,
-                            user,
-                            nonce,
-                            extensions,
-                        } => {
-                            let nonce = if nonce.is_empty() { "n0nce" } else { &nonce };
-                            scram_bare = format!("n={},r={nonce}", user.name());
-                            if let Some(ext) = extensions {
-                                scram_bare.push(',');
-                                scram_bare.push_str(&ext);
-                            }
-                            scram_user = user;
-                            let gs2 = gs2.unwrap_or_else(|| "n,,".to_owned());
-                            Some(format!("{gs2}{scram_bare}").into_bytes())
-                        }
-                        InitialResponse::Bytes(b) => Some(b),
-                    };
-                    Step::Write(sasl(SaslFrame::Init(SaslInit {
-                        mechanism: Symbol::from(mechanism.name()),
-                        initial_response: initial.map(Bytes::from),
-                        hostname: hostname.map(Str::from),
-                    })))
-                }
-                SaslStep::ScramFinal {
-                    sha512,
-                    password,
-                    proof,
-                } => {
-                    let hash = if sha512 { Hash::Sha512 } else { Hash::Sha256 };
-                    let password = password.for_user(&scram_user).to_owned();
-                    let bare = scram_bare.clone();
-                    Step::Reply(Box::new(move |heard| {
-                        let server = scram::find_server_first(heard)?;
-                        let text = match &proof {
-                            None => scram::client_final(hash, &password, &bare, &server),
-                            Some(proof) => {
-                                let mut text = format!("c=biws,r={},p=", server.nonce);
-                                text.push_str(&String::from_utf8_lossy(proof));
-                                text
-                            }
-                        };
-                        Some(sasl(SaslFrame::Response(SaslResponse {
-                            response: Bytes::from(text),
-                        })))
-                    }))
-                }
-                SaslStep::Response(bytes) => Step::Write(sasl(SaslFrame::Response(SaslResponse {
-                    response: Bytes::from(bytes),
-                }))),
-                SaslStep::RawFrame(body) => Step::Write(raw_frame(1, 0, &body)),
-                SaslStep::Bytes(bytes) => Step::Write(bytes),
-            });
-        }
-        if self.amqp_header {
-            steps.push(Step::Write(ProtocolHeader::AMQP.to_bytes().to_vec()));
+        let mut steps = self.handshake.steps();
+        if self.session {
+            steps.push(Step::Write(amqp(0, Open::new("fuzz"))));
+            steps.push(Step::Write(amqp(
+                0,
+                Begin {
+                    remote_channel: None,
+                    next_outgoing_id: 0,
+                    incoming_window: 2048,
+                    outgoing_window: 2048,
+                    handle_max: u32::MAX,
+                    offered_capabilities: Vec::new(),
+                    desired_capabilities: Vec::new(),
+                    properties: None,
+                },
+            )));
         }
         for frame in self.frames {
             steps.push(Step::Write(frame.bytes()));
         }
         steps
+    }
+}
+
+fn sasl_header() -> Step {
+    Step::Write(ProtocolHeader::SASL.to_bytes().to_vec())
+}
+
+fn amqp_header() -> Step {
+    Step::Write(ProtocolHeader::AMQP.to_bytes().to_vec())
+}
+
+fn init(mechanism: &str, response: Option<Vec<u8>>) -> Step {
+    Step::Write(sasl(SaslFrame::Init(SaslInit {
+        mechanism: Symbol::from(mechanism),
+        initial_response: response.map(Bytes::from),
+        hostname: None,
+    })))
+}
+
+/// The client-final message answering the server-first one, with the proof `password` gives
+/// (or `proof` in its place).
+fn scram_final(
+    hash: Hash,
+    password: String,
+    client_first_bare: String,
+    proof: Option<Vec<u8>>,
+) -> Step {
+    Step::Reply(Box::new(move |heard| {
+        let server = scram::find_server_first(heard)?;
+        let text = match &proof {
+            None => scram::client_final(hash, &password, &client_first_bare, &server),
+            Some(proof) => format!(
+                "c=biws,r={},p={}",
+                server.nonce,
+                String::from_utf8_lossy(proof)
+            ),
+        };
+        Some(sasl(SaslFrame::Response(SaslResponse {
+            response: Bytes::from(text),
+        })))
+    }))
+}
+
+impl Handshake {
+    fn steps(self) -> Vec<Step> {
+        match self {
+            Handshake::Anonymous => vec![sasl_header(), init("ANONYMOUS", None), amqp_header()],
+            Handshake::Scram {
+                sha512,
+                user,
+                password,
+            } => {
+                let (hash, mechanism) = if sha512 {
+                    (Hash::Sha512, "SCRAM-SHA-512")
+                } else {
+                    (Hash::Sha256, "SCRAM-SHA-256")
+                };
+                let bare = format!("n={},r=fuzznonce", user.name());
+                vec![
+                    sasl_header(),
+                    init(mechanism, Some(format!("n,,{bare}").into_bytes())),
+                    scram_final(hash, password.for_user(&user).to_owned(), bare, None),
+                    amqp_header(),
+                ]
+            }
+            Handshake::Plain { user, password } => {
+                let response = format!("\0{}\0{}", user.name(), password.for_user(&user));
+                vec![
+                    sasl_header(),
+                    init("PLAIN", Some(response.into_bytes())),
+                    amqp_header(),
+                ]
+            }
+            Handshake::External => vec![sasl_header(), init("EXTERNAL", None), amqp_header()],
+            Handshake::NoSasl => vec![amqp_header()],
+            Handshake::Custom {
+                header,
+                sasl,
+                amqp_header: then_amqp,
+            } => {
+                let mut steps = vec![Step::Write(
+                    match header {
+                        HeaderChoice::Sasl => ProtocolHeader::SASL.to_bytes(),
+                        HeaderChoice::Amqp => ProtocolHeader::AMQP.to_bytes(),
+                        HeaderChoice::Tls => *b"AMQP\x02\x01\x00\x00",
+                        HeaderChoice::Raw(bytes) => bytes,
+                    }
+                    .to_vec(),
+                )];
+                // What the client-first message said after its GS2 header, for the client-final.
+                let mut scram_bare = String::new();
+                let mut scram_user = UserName::Unknown;
+                for step in sasl {
+                    steps.push(custom_sasl_step(step, &mut scram_bare, &mut scram_user));
+                }
+                if then_amqp {
+                    steps.push(amqp_header());
+                }
+                steps
+            }
+        }
+    }
+}
+
+fn custom_sasl_step(step: SaslStep, scram_bare: &mut String, scram_user: &mut UserName) -> Step {
+    match step {
+        SaslStep::Init {
+            mechanism,
+            response,
+            hostname,
+        } => {
+            let initial = match response {
+                InitialResponse::None => None,
+                InitialResponse::Plain {
+                    authzid,
+                    user,
+                    password,
+                } => Some(
+                    format!("{authzid}\0{}\0{}", user.name(), password.for_user(&user))
+                        .into_bytes(),
+                ),
+                InitialResponse::ScramFirst {
+                    gs2,
+                    user,
+                    nonce,
+                    extensions,
+                } => {
+                    let nonce = if nonce.is_empty() { "n0nce" } else { &nonce };
+                    *scram_bare = format!("n={},r={nonce}", user.name());
+                    if let Some(ext) = extensions {
+                        scram_bare.push(',');
+                        scram_bare.push_str(&ext);
+                    }
+                    *scram_user = user;
+                    let gs2 = gs2.unwrap_or_else(|| "n,,".to_owned());
+                    Some(format!("{gs2}{scram_bare}").into_bytes())
+                }
+                InitialResponse::Bytes(b) => Some(b),
+            };
+            Step::Write(sasl(SaslFrame::Init(SaslInit {
+                mechanism: Symbol::from(mechanism.name()),
+                initial_response: initial.map(Bytes::from),
+                hostname: hostname.map(Str::from),
+            })))
+        }
+        SaslStep::ScramFinal {
+            sha512,
+            password,
+            proof,
+        } => {
+            let hash = if sha512 { Hash::Sha512 } else { Hash::Sha256 };
+            let password = password.for_user(scram_user).to_owned();
+            scram_final(hash, password, scram_bare.clone(), proof)
+        }
+        SaslStep::Response(bytes) => Step::Write(sasl(SaslFrame::Response(SaslResponse {
+            response: Bytes::from(bytes),
+        }))),
+        SaslStep::RawFrame(body) => Step::Write(raw_frame(1, 0, &body)),
+        SaslStep::Bytes(bytes) => Step::Write(bytes),
     }
 }
 

@@ -120,12 +120,12 @@ impl Harness {
                 }
             }
             let _ = write.shutdown().await;
-            let ended = tokio::time::timeout(HANG, async {
+            let ended = within_running_time(HANG, async {
                 let _ = connection.await;
                 let _ = reader.await;
             })
             .await;
-            if ended.is_err() {
+            if !ended {
                 let said = heard.snapshot();
                 panic!(
                     "the connection was still open {HANG:?} after the client closed; the broker \
@@ -136,6 +136,26 @@ impl Harness {
             }
         });
     }
+}
+
+/// Whether `done` finishes within `limit` of time this process was running. A stretch in
+/// which it was stopped (a benchmark guard's SIGSTOP on niced processes, a paused VM) is
+/// not counted: a timer firing late by seconds after such a stop is not a hang.
+async fn within_running_time(limit: Duration, done: impl Future<Output = ()>) -> bool {
+    const SLICE: Duration = Duration::from_millis(250);
+    tokio::pin!(done);
+    let mut waited = Duration::ZERO;
+    while waited < limit {
+        let started = std::time::Instant::now();
+        if tokio::time::timeout(SLICE, &mut done).await.is_ok() {
+            return true;
+        }
+        let took = started.elapsed();
+        if took < SLICE * 4 {
+            waited += took;
+        }
+    }
+    false
 }
 
 /// What the broker has written so far, for steps that answer it.

@@ -5,6 +5,8 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256, Sha512};
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 #[derive(Clone, Copy, Debug)]
 pub enum Hash {
@@ -65,33 +67,11 @@ pub fn client_final(
 }
 
 fn proof(hash: Hash, password: &str, server: &ServerFirst, auth_message: &str) -> Vec<u8> {
-    // The iteration count comes from the broker's own credentials; capped all the same.
-    let iterations = server.iterations.min(100_000);
-    let (salted, client_key) = match hash {
-        Hash::Sha256 => {
-            let mut salted = vec![0u8; 32];
-            pbkdf2::pbkdf2_hmac::<Sha256>(
-                password.as_bytes(),
-                &server.salt,
-                iterations,
-                &mut salted,
-            );
-            let client_key = hmac::<Hmac<Sha256>>(&salted, b"Client Key");
-            (salted, client_key)
-        }
-        Hash::Sha512 => {
-            let mut salted = vec![0u8; 64];
-            pbkdf2::pbkdf2_hmac::<Sha512>(
-                password.as_bytes(),
-                &server.salt,
-                iterations,
-                &mut salted,
-            );
-            let client_key = hmac::<Hmac<Sha512>>(&salted, b"Client Key");
-            (salted, client_key)
-        }
+    let salted = salted_password(hash, password, &server.salt, server.iterations);
+    let client_key = match hash {
+        Hash::Sha256 => hmac::<Hmac<Sha256>>(&salted, b"Client Key"),
+        Hash::Sha512 => hmac::<Hmac<Sha512>>(&salted, b"Client Key"),
     };
-    drop(salted);
     let signature = match hash {
         Hash::Sha256 => hmac::<Hmac<Sha256>>(&Sha256::digest(&client_key), auth_message.as_bytes()),
         Hash::Sha512 => hmac::<Hmac<Sha512>>(&Sha512::digest(&client_key), auth_message.as_bytes()),
@@ -101,6 +81,36 @@ fn proof(hash: Hash, password: &str, server: &ServerFirst, auth_message: &str) -
         .zip(signature)
         .map(|(k, s)| k ^ s)
         .collect()
+}
+
+/// PBKDF2 is most of a login's cost and the broker's salts do not change: each password is
+/// salted once per process.
+fn salted_password(hash: Hash, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    type Key = (bool, String, Vec<u8>, u32);
+    static CACHE: Mutex<Option<HashMap<Key, Vec<u8>>>> = Mutex::new(None);
+    let sha512 = matches!(hash, Hash::Sha512);
+    let key = (sha512, password.to_owned(), salt.to_vec(), iterations);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(salted) = cache.get(&key) {
+        return salted.clone();
+    }
+    // The iteration count comes from the broker's own credentials; capped all the same.
+    let iterations = iterations.min(100_000);
+    let salted = if sha512 {
+        let mut out = vec![0u8; 64];
+        pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), salt, iterations, &mut out);
+        out
+    } else {
+        let mut out = vec![0u8; 32];
+        pbkdf2::pbkdf2_hmac::<Sha256>(password.as_bytes(), salt, iterations, &mut out);
+        out
+    };
+    // Unknown users get a salt of their own per name: keep the cache bounded.
+    if cache.len() < 4096 {
+        cache.insert(key, salted.clone());
+    }
+    salted
 }
 
 fn hmac<M: Mac + KeyInit>(key: &[u8], data: &[u8]) -> Vec<u8> {

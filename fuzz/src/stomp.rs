@@ -84,6 +84,11 @@ pub enum HeaderChoice {
     DurableName(u8),
     ReplyTo(Destination),
     Expires(u64),
+    /// `id` (STOMP 1.2) or `message-id` with the value of the last MESSAGE the broker sent
+    /// so far, for ACK and NACK of real deliveries.
+    AckHeard {
+        message_id: bool,
+    },
     Any(String, String),
 }
 
@@ -131,6 +136,8 @@ impl HeaderChoice {
             HeaderChoice::DurableName(n) => format!("durable-subscription-name:d{}", n % 3),
             HeaderChoice::ReplyTo(d) => format!("reply-to:{}", d.text()),
             HeaderChoice::Expires(ms) => format!("expires:{ms}"),
+            // Filled in when the frame is written (see `Script::steps`).
+            HeaderChoice::AckHeard { .. } => String::new(),
             HeaderChoice::Any(name, value) => format!("{name}:{value}"),
         }
     }
@@ -208,12 +215,56 @@ impl Script {
         let command = if c.stomp_command { "STOMP" } else { "CONNECT" };
         let mut steps = vec![Step::Write(frame(eol, command, &headers, b""))];
         for f in self.frames {
-            let mut headers: Vec<String> = f.headers.iter().map(HeaderChoice::line).collect();
+            let mut headers: Vec<String> = f
+                .headers
+                .iter()
+                .map(HeaderChoice::line)
+                .filter(|line| !line.is_empty())
+                .collect();
             if f.content_length {
                 headers.push(format!("content-length:{}", f.body.len()));
             }
-            steps.push(Step::Write(frame(eol, f.command.text(), &headers, &f.body)));
+            let heard = f.headers.iter().find_map(|h| match h {
+                HeaderChoice::AckHeard { message_id } => Some(*message_id),
+                _ => None,
+            });
+            let command = f.command.text().to_owned();
+            let eol = eol.to_owned();
+            steps.push(match heard {
+                None => Step::Write(frame(&eol, &command, &headers, &f.body)),
+                // Whatever was delivered by now, without waiting: a script is not held up
+                // by a MESSAGE that never comes.
+                Some(message_id) => Step::Reply(Box::new(move |said| {
+                    let (name, value) = last_delivery(said, message_id);
+                    let mut headers = headers.clone();
+                    headers.push(format!("{name}:{value}"));
+                    Some(frame(&eol, &command, &headers, &f.body))
+                })),
+            });
         }
         steps
     }
+}
+
+/// The header an ACK names the last MESSAGE by: `ack` (1.2) or `message-id`, with that
+/// MESSAGE's value, or a made-up one when nothing was delivered yet.
+fn last_delivery(said: &[u8], message_id: bool) -> (&'static str, String) {
+    let (name, key): (&'static str, &[u8]) = if message_id {
+        ("message-id", b"\nmessage-id:")
+    } else {
+        ("id", b"\nack:")
+    };
+    let value = said
+        .windows(key.len())
+        .rposition(|w| w == key)
+        .map(|at| {
+            let rest = &said[at + key.len()..];
+            let end = rest
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r')
+                .unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end]).into_owned()
+        })
+        .unwrap_or_else(|| "none".to_owned());
+    (name, value)
 }
