@@ -19,7 +19,7 @@ export function unique(prefix = 't') {
   return `${prefix}-${randomUUID().slice(0, 12)}`;
 }
 
-function freePort() {
+export function freePort() {
   return new Promise((res, rej) => {
     const srv = createServer();
     srv.on('error', rej);
@@ -30,7 +30,7 @@ function freePort() {
   });
 }
 
-function canConnect(port) {
+export function canConnect(port) {
   return new Promise(res => {
     const s = tcpConnect(port, '127.0.0.1');
     s.on('connect', () => { s.destroy(); res(true); });
@@ -41,6 +41,13 @@ function canConnect(port) {
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 export class Broker {
+  // `extraConfig`: TOML appended to the config; `waitPorts`: more ports to wait for (extra
+  // listeners it declares).
+  constructor({ extraConfig = '', waitPorts = [] } = {}) {
+    this.extraConfig = extraConfig;
+    this.waitPorts = waitPorts;
+  }
+
   async start() {
     this.bin = process.env.WEIR_BIN ?? join(repoRoot, 'target', 'release', 'weir');
     if (!existsSync(this.bin)) {
@@ -53,6 +60,7 @@ export class Broker {
       '[broker]', `data_dir = "${dataDir}"`, '',
       '[[users]]', `name = "${USER}"`, `password = "${PASSWORD}"`, '',
       '[limits]', 'max_frame_size = 65536', '',
+      this.extraConfig,
     ].join('\n'));
     this.port = await freePort();
     this.amqpPort = await freePort();
@@ -69,7 +77,9 @@ export class Broker {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`broker exited (${exited}) early:\n${this.logTail()}`);
-      if (await canConnect(this.port)) return this;
+      if (await canConnect(this.port) && (await Promise.all(this.waitPorts.map(canConnect))).every(Boolean)) {
+        return this;
+      }
       await sleep(50);
     }
     throw new Error(`broker not listening on ${this.port}:\n${this.logTail()}`);
