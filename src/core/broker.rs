@@ -631,6 +631,18 @@ impl Broker {
         true
     }
 
+    /// Removes an anycast queue, its messages and its record (management).
+    pub(super) fn remove_queue(&self, queue: &Arc<Queue>) {
+        if self.inner.queues.remove(queue.name()).is_none() {
+            return;
+        }
+        self.inner.queues_by_id.remove(&queue.id());
+        queue.purge();
+        self.inner.store.submit_detached(Op::DeleteQueue {
+            name: queue.name().to_string(),
+        });
+    }
+
     /// A queue that exists until the returned guard is dropped (AMQP dynamic
     /// nodes, JMS temporary queues for request/reply).
     pub fn create_temporary_queue(&self) -> TemporaryQueue {
@@ -774,6 +786,7 @@ pub(super) fn validate_name(name: &str) -> Result<(), CoreError> {
 
 impl Diverter for Inner {
     fn divert(&self, from: &Queue, message: Arc<Message>, why: Diversion) {
+        from.count_diverted(why);
         let target = match why {
             Diversion::Expired => from.settings().expiry_address.clone(),
             Diversion::DeadLetter => from.settings().dead_letter_address.clone(),

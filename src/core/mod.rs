@@ -10,6 +10,7 @@ pub mod error;
 pub mod factory;
 pub(crate) mod fast_map;
 pub mod grouping;
+pub mod manage;
 pub mod memory;
 pub mod message;
 pub mod names;
