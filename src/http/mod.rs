@@ -1,5 +1,5 @@
 //! The management HTTP API: health, the broker's and its queues' state, queue
-//! operations, and Prometheus metrics.
+//! operations, Prometheus metrics, and its own OpenAPI description.
 //!
 //! It sits beside the protocols on the core API: it reads and changes the broker only
 //! through [`crate::core::Broker`] and the handles it returns, never the store or a
@@ -15,33 +15,53 @@ mod health;
 mod metrics;
 mod queues;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use auth::ConnInfo;
 pub use state::{ListenerInfo, Management};
 
-use axum::routing::{get, post};
+use axum::http::header;
+use axum::routing::{delete, get, post, put, MethodRouter};
 use axum::Router;
 use std::sync::Arc;
 
-/// Every route the API serves, with what it does (also checked against the OpenAPI
-/// description in the tests).
-pub fn router(management: Arc<Management>) -> Router {
-    Router::new()
-        .route("/health/live", get(health::live))
-        .route("/health/ready", get(health::ready))
-        .route("/metrics", get(metrics::metrics))
-        .route("/api/broker", get(broker_info::broker))
-        .route("/api/queues", get(queues::list))
-        .route(
-            "/api/queues/{name}",
-            get(queues::detail)
-                .put(queues::create)
-                .delete(queues::delete),
-        )
-        .route("/api/queues/{name}/purge", post(queues::purge))
-        .route("/api/queues/{name}/pause", post(queues::pause))
-        .route("/api/queues/{name}/resume", post(queues::resume))
+/// The API's description, served at `/api/openapi.json`; a test checks it describes
+/// every route the router serves, and nothing else.
+const OPENAPI: &str = include_str!("openapi.json");
+
+type Shared = Arc<Management>;
+
+/// Every route the API serves: method, path, handler. The router is built from this
+/// table, and the OpenAPI test reads the same table.
+fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
+    vec![
+        ("GET", "/health/live", get(health::live)),
+        ("GET", "/health/ready", get(health::ready)),
+        ("GET", "/api/openapi.json", get(openapi)),
+        ("GET", "/metrics", get(metrics::metrics)),
+        ("GET", "/api/broker", get(broker_info::broker)),
+        ("GET", "/api/queues", get(queues::list)),
+        ("GET", "/api/queues/{name}", get(queues::detail)),
+        ("PUT", "/api/queues/{name}", put(queues::create)),
+        ("DELETE", "/api/queues/{name}", delete(queues::delete)),
+        ("POST", "/api/queues/{name}/purge", post(queues::purge)),
+        ("POST", "/api/queues/{name}/pause", post(queues::pause)),
+        ("POST", "/api/queues/{name}/resume", post(queues::resume)),
+    ]
+}
+
+pub fn router(management: Shared) -> Router {
+    routes()
+        .into_iter()
+        .fold(Router::new(), |router, (_, path, handler)| {
+            router.route(path, handler)
+        })
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(management)
+}
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI)
 }
