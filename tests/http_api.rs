@@ -413,3 +413,63 @@ fn anonymous_access_beyond_loopback_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+#[test]
+fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut client = Stomp::connect(
+        broker.stomp,
+        &[
+            ("login", "dev"),
+            ("passcode", "pw"),
+            ("client-id", "worker-7"),
+        ],
+    );
+    assert_eq!(client.connected.command, "CONNECTED");
+    let r = api.get("/api/connections", Some("auditor"));
+    assert_eq!(r.status(), StatusCode::OK);
+    let list: Value = r.json().unwrap();
+    let ours = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == "worker-7")
+        .expect("the STOMP connection is listed")
+        .clone();
+    assert_eq!(ours["protocol"], "stomp");
+    assert_eq!(ours["version"], "1.2");
+    assert_eq!(ours["user"], "dev");
+    assert_eq!(ours["tls"], false);
+    let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+    assert!(metrics.contains("weir_connections{protocol=\"stomp\",tls=\"false\"} 1"));
+
+    let path = format!("/api/connections/{}", ours["id"]);
+    assert_error(
+        api.call("DELETE", &path, Some("auditor")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        api.call("DELETE", "/api/connections/abc", Some("admin")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    assert_eq!(
+        api.call("DELETE", &path, Some("admin")).status(),
+        StatusCode::ACCEPTED
+    );
+    let goodbye = client.recv().expect("an ERROR frame before the close");
+    assert_eq!(goodbye.command, "ERROR");
+    assert!(goodbye.header("message").unwrap().contains("management"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !api.json("/api/connections").as_array().unwrap().is_empty() && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(api.json("/api/connections"), serde_json::json!([]));
+    assert_error(
+        api.call("DELETE", &path, Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}

@@ -97,6 +97,8 @@ struct Inner {
     /// Whether any queue was created with the BLOCK policy: until one is,
     /// protocols need not look for blocking subscribers of a topic.
     has_block_queues: AtomicBool,
+    /// Open client connections, for management.
+    connections: Arc<super::connections::Connections>,
     me: Weak<Inner>,
 }
 
@@ -161,6 +163,7 @@ impl Broker {
             scheduler: RwLock::new(None),
             memory: Arc::new(Budget::new(options.global_max_size)),
             has_block_queues: AtomicBool::new(false),
+            connections: Arc::default(),
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -175,6 +178,11 @@ impl Broker {
     /// `Message::may_carry_delay` on a message that has one.
     pub fn delay_header_names(&self) -> &DelayHeaderNames {
         &self.inner.delay_header_names
+    }
+
+    /// The open client connections (each protocol registers its own).
+    pub fn connections(&self) -> &Arc<super::connections::Connections> {
+        &self.inner.connections
     }
 
     pub fn auth(&self) -> &Authenticator {

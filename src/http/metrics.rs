@@ -130,8 +130,26 @@ fn render(m: &Management, caller: &Caller) -> String {
             rss,
         );
     }
+    connections(&mut out, broker);
     queues(&mut out, caller);
     out
+}
+
+fn connections(out: &mut String, broker: &crate::core::Broker) {
+    let mut family = Family::new(
+        out,
+        "weir_connections",
+        "gauge",
+        "Open client connections by protocol and TLS.",
+    );
+    for ((protocol, tls), count) in broker.connections().count_by_protocol() {
+        let tls = if tls { "true" } else { "false" };
+        family.sample(
+            "weir_connections",
+            &[("protocol", &protocol), ("tls", tls)],
+            count,
+        );
+    }
 }
 
 /// The per-queue families, over the queues the caller may view.

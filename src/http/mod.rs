@@ -10,6 +10,7 @@
 
 mod auth;
 mod broker_info;
+mod connections;
 mod error;
 mod health;
 mod metrics;
@@ -48,6 +49,12 @@ fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
         ("POST", "/api/queues/{name}/purge", post(queues::purge)),
         ("POST", "/api/queues/{name}/pause", post(queues::pause)),
         ("POST", "/api/queues/{name}/resume", post(queues::resume)),
+        ("GET", "/api/connections", get(connections::list)),
+        (
+            "DELETE",
+            "/api/connections/{id}",
+            delete(connections::close),
+        ),
     ]
 }
 

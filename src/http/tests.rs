@@ -83,7 +83,7 @@ async fn every_route_answers_and_others_are_json_404_or_405() {
     management.set_ready(broker, Vec::new());
     let router = router(management);
     for (method, path, _) in routes() {
-        let path = path.replace("{name}", "q");
+        let path = path.replace("{name}", "q").replace("{id}", "1");
         let status = status(&router, method, &path).await;
         assert!(
             status != StatusCode::METHOD_NOT_ALLOWED && status.as_u16() < 500,

@@ -117,6 +117,11 @@ impl Principal {
         self.0.user.as_deref()
     }
 
+    /// The client's name for itself, as it logged in.
+    pub fn client_id(&self) -> Option<&str> {
+        self.0.client_id.as_deref()
+    }
+
     /// Whether checks can refuse anything; when not, a protocol needs no cache of them.
     #[inline]
     pub fn is_restricted(&self) -> bool {
