@@ -33,7 +33,9 @@ fn start(data: &Path) -> (Child, SocketAddr, Duration) {
     let bin = std::env::var("WEIR_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_weir").to_owned());
     let began = Instant::now();
     let child = Command::new(bin)
-        .args(["serve", "--log", "warn", "--amqp", "off", "--stomp"])
+        .args([
+            "serve", "--log", "warn", "--amqp", "off", "--http", "off", "--stomp",
+        ])
         .arg(addr.to_string())
         .arg("--data-dir")
         .arg(data)

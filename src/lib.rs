@@ -5,10 +5,12 @@
 //! - [`core`]: protocol-neutral routing, queues, grouping, delays, dispatch.
 //! - [`store`]: RocksDB persistence with group commit.
 //!
+//! Beside the protocols, [`http`] serves the management API on the core API.
 //! [`config`] is read once at start and [`server`] wires the layers together.
 
 pub mod config;
 pub mod core;
+pub mod http;
 pub mod protocol;
 pub mod server;
 pub mod store;

@@ -55,6 +55,9 @@ struct ServeArgs {
     /// AMQP 1.0 listen address, e.g. 127.0.0.1:5672; "off" disables it.
     #[arg(long, value_name = "ADDR")]
     amqp: Option<String>,
+    /// Management HTTP listen address, e.g. 127.0.0.1:8161; "off" disables it.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "WEIR_LOG")]
     log: String,
@@ -97,6 +100,9 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
     if let Some(amqp) = &args.amqp {
         config.set_amqp_addr(parse_addr("amqp", amqp)?);
     }
+    if let Some(http) = &args.http {
+        config.set_http_addr(parse_addr("http", http)?);
+    }
     Ok(config)
 }
 
@@ -137,6 +143,14 @@ fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     runtime.block_on(async move {
+        // Health checks answer while the store is recovered.
+        let early = match server::Early::start(&config).await {
+            Ok(early) => early,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
         let broker = match server::open_broker(&config) {
             Ok(b) => b,
             Err(e) => {
@@ -144,7 +158,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let server = match Server::start(&config, broker).await {
+        let server = match Server::start_after(&config, broker, early).await {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{e}");

@@ -48,6 +48,8 @@ impl Broker {
             .arg(addr.to_string())
             .arg("--amqp")
             .arg("off")
+            .arg("--http")
+            .arg("off")
             .arg("--log")
             .arg("warn")
             .stdout(Stdio::null())

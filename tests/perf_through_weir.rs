@@ -25,6 +25,7 @@ async fn weir_amqp(
     config.set_data_dir(dir.to_path_buf());
     config.set_stomp_addr(None);
     config.set_amqp_addr(Some("127.0.0.1:0".parse()?));
+    config.set_http_addr(None);
     let broker = weir::server::open_broker(&config)?;
     let server = weir::server::Server::start(&config, broker).await?;
     let addr = server.bound.first().ok_or("no listener")?.1;

@@ -417,6 +417,8 @@ fn anonymous_access_beyond_loopback_needs_to_be_written() {
             .arg(format!("0.0.0.0:{}", free_port()))
             .arg("--amqp")
             .arg("off")
+            .arg("--http")
+            .arg("off")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(text) = config {
@@ -457,6 +459,8 @@ fn logins_and_denials_are_audited() {
         .arg("--stomp")
         .arg(stomp.to_string())
         .arg("--amqp")
+        .arg("off")
+        .arg("--http")
         .arg("off")
         .arg("--log")
         .arg("warn,weir::audit=info")

@@ -220,6 +220,8 @@ impl Broker {
             .arg("serve")
             .arg("--config")
             .arg(&config_path)
+            .arg("--http")
+            .arg("off")
             .arg("--log")
             .arg("info,weir=debug")
             .env("NO_COLOR", "1")

@@ -70,6 +70,8 @@ export class Broker {
     this.proc = spawn(this.bin, [
       'serve', '--config', config, '--data-dir', dataDir,
       '--stomp', `127.0.0.1:${this.port}`, '--amqp', `127.0.0.1:${this.amqpPort}`,
+      // Off: brokers of parallel suites would contend for the default port.
+      '--http', 'off',
       '--log', process.env.WEIR_LOG ?? 'info',
     ], { stdio: ['ignore', log, log] });
     let exited = null;

@@ -67,6 +67,8 @@ class Broker:
         self.log_path = self.dir / "weir.log"
         self.stomp_port = free_port()
         self.amqp_port = free_port()
+        # The management HTTP listener (API, health, /metrics) on a port of its own.
+        self.http_port = free_port()
         self.log_level = log_level or os.environ.get("WEIR_LOG", "info")
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -94,6 +96,7 @@ class Broker:
                 "--data-dir", str(self.data_dir),
                 "--stomp", f"127.0.0.1:{self.stomp_port}",
                 "--amqp", f"127.0.0.1:{self.amqp_port}",
+                "--http", f"127.0.0.1:{self.http_port}",
                 "--log", self.log_level,
             ],
             stdin=subprocess.DEVNULL,

@@ -18,17 +18,19 @@ use crate::core::settings::{
 use super::error::{ConfigError, KeyPath, Problem};
 use super::raw::{
     RawAcceptors, RawAddressFullPolicy, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory,
-    RawDelayOverMax, RawDuration, RawFsync, RawLimits, RawSecurity, RawSettings, RawSize, RawStore,
-    RawTimeLimit, RawTls, RawUser,
+    RawDelayOverMax, RawDuration, RawFsync, RawHttp, RawLimits, RawSecurity, RawSettings, RawSize,
+    RawStore, RawTimeLimit, RawTls, RawUser,
 };
 use super::units::{format_duration, parse_duration, parse_size};
 use super::{
     Acceptors, Access, BrokerConfig, ClientAuth, Config, ConnectionFactory, ExternalUser,
-    FsyncPolicy, Limits, Listener, Security, StoreConfig, Tls, User,
+    FsyncPolicy, Http, Limits, Listener, Security, StoreConfig, Tls, User,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
 pub(super) const DEFAULT_AMQP: &str = "127.0.0.1:5672";
+/// Artemis's console port.
+pub(super) const DEFAULT_HTTP: &str = "127.0.0.1:8161";
 const DEFAULT_NAME: &str = "weir";
 const DEFAULT_DATA_DIR: &str = "./weir-data";
 /// Long enough to make guessing passwords slow, short enough not to bother a person.
@@ -51,6 +53,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     let connection_factories = connection_factories(raw.connection_factories)?;
     let tls = raw.tls.map(tls).transpose()?;
     let acceptors = acceptors(raw.acceptors, &connection_factories, tls.is_some())?;
+    let http = http(&raw.http, &acceptors, tls.is_some())?;
     let security = security(raw.users, &raw.security)?;
     if raw.grouping_handler.is_some() {
         return Err(refuse_grouping_handler());
@@ -117,6 +120,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     Ok(Config {
         broker,
         acceptors,
+        http,
         store,
         limits,
         security,
@@ -463,6 +467,51 @@ fn connection_factories(
 }
 
 /// `tls_configured`: there is a `[tls]` section for listeners with `tls = true`.
+/// The HTTP listener: on at its default address unless `enabled = false`; its address
+/// must differ from every protocol listener's.
+fn http(
+    raw: &RawHttp,
+    acceptors: &Acceptors,
+    tls_configured: bool,
+) -> Result<Option<Http>, ConfigError> {
+    let key = KeyPath::root("http");
+    let bind = socket_addr(
+        raw.bind.as_deref().unwrap_or(DEFAULT_HTTP),
+        &key.field("bind"),
+    )?;
+    let tls = raw.tls.unwrap_or(false);
+    if tls && !tls_configured {
+        return Err(ConfigError::key(
+            key.field("tls"),
+            Problem::TlsWithoutIdentity,
+        ));
+    }
+    if !raw.enabled.unwrap_or(true) {
+        return Ok(None);
+    }
+    let taken = [("stomp", acceptors.stomp), ("amqp", acceptors.amqp)]
+        .into_iter()
+        .filter_map(|(name, addr)| Some((KeyPath::root("acceptors").field(name), addr?)))
+        .chain(acceptors.extra.iter().enumerate().map(|(i, l)| {
+            (
+                KeyPath::root("acceptors")
+                    .field("extra")
+                    .index(i)
+                    .field("bind"),
+                l.bind,
+            )
+        }));
+    for (other, addr) in taken {
+        if addr == bind && bind.port() != 0 {
+            return Err(ConfigError::key(
+                key.field("bind"),
+                Problem::AddressInUse { addr, other },
+            ));
+        }
+    }
+    Ok(Some(Http { bind, tls }))
+}
+
 fn acceptors(
     raw: RawAcceptors,
     factories: &[ConnectionFactory],

@@ -32,6 +32,7 @@ const DEFAULT_TOML: &str = include_str!("default.toml");
 pub struct Config {
     broker: BrokerConfig,
     acceptors: Acceptors,
+    http: Option<Http>,
     store: StoreConfig,
     limits: Limits,
     security: Security,
@@ -74,6 +75,14 @@ pub struct Listener {
     /// Name of a [`ConnectionFactory`] applied to connections accepted here; checked to exist.
     pub connection_factory: Option<String>,
     /// Every connection starts with a TLS handshake (with the `[tls]` identity, checked to exist).
+    pub tls: bool,
+}
+
+/// The management HTTP listener (REST API, health, metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http {
+    pub bind: SocketAddr,
+    /// Serve HTTPS with the `[tls]` identity (checked to exist).
     pub tls: bool,
 }
 
@@ -287,6 +296,19 @@ impl Config {
     /// `None` turns the AMQP acceptor off.
     pub fn set_amqp_addr(&mut self, addr: Option<SocketAddr>) {
         self.acceptors.amqp = addr;
+    }
+
+    /// `None` turns the HTTP listener off; an address keeps its `tls` setting.
+    pub fn set_http_addr(&mut self, addr: Option<SocketAddr>) {
+        self.http = addr.map(|bind| Http {
+            bind,
+            tls: self.http.is_some_and(|h| h.tls),
+        });
+    }
+
+    /// The management HTTP listener, when on.
+    pub fn http(&self) -> Option<&Http> {
+        self.http.as_ref()
     }
 
     pub fn broker(&self) -> &BrokerConfig {

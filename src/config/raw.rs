@@ -15,6 +15,7 @@ use super::{ClientAuth, ExternalUser, Protocol};
 pub(super) struct RawConfig {
     pub broker: RawBroker,
     pub acceptors: RawAcceptors,
+    pub http: RawHttp,
     pub store: RawStore,
     pub limits: RawLimits,
     pub users: Vec<RawUser>,
@@ -47,6 +48,15 @@ pub(super) struct RawAcceptors {
     pub stomp: Option<String>,
     pub amqp: Option<String>,
     pub extra: Vec<RawExtraAcceptor>,
+}
+
+/// The management HTTP listener.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawHttp {
+    pub enabled: Option<bool>,
+    pub bind: Option<String>,
+    pub tls: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,11 +158,12 @@ pub(super) struct RawPermissions {
     pub delete_non_durable_queue: Vec<String>,
     pub create_address: Vec<String>,
     pub manage: Vec<String>,
+    pub view: Vec<String>,
 }
 
 impl RawPermissions {
     /// Each permission with the roles it is granted to.
-    pub fn grants(&self) -> [(crate::core::security::Permission, &[String]); 9] {
+    pub fn grants(&self) -> [(crate::core::security::Permission, &[String]); 10] {
         use crate::core::security::Permission as P;
         [
             (P::Send, &self.send),
@@ -164,6 +175,7 @@ impl RawPermissions {
             (P::DeleteNonDurableQueue, &self.delete_non_durable_queue),
             (P::CreateAddress, &self.create_address),
             (P::Manage, &self.manage),
+            (P::View, &self.view),
         ]
     }
 }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::de::{self, Deserialize, Visitor};
 
 use super::raw::{
-    RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawLimits,
+    RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawHttp, RawLimits,
     RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawTls, RawUser,
 };
 
@@ -67,6 +67,7 @@ fn sections() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("broker", accepted::<RawBroker>()),
         ("acceptors", accepted::<RawAcceptors>()),
         ("acceptors.extra", accepted::<RawExtraAcceptor>()),
+        ("http", accepted::<RawHttp>()),
         ("store", accepted::<RawStore>()),
         ("limits", accepted::<RawLimits>()),
         ("users", accepted::<RawUser>()),

@@ -719,7 +719,8 @@ fn reference_tls_examples_parse_when_uncommented() {
     let start = REFERENCE
         .find("# [[acceptors.extra]]\n# name = \"stomp-tls\"")
         .unwrap();
-    let end = REFERENCE[start..].find("\n\n[store]").unwrap() + start;
+    // Up to the next section.
+    let end = REFERENCE[start..].find("\n\n[").unwrap() + start;
     let tls_start = REFERENCE.find("# [tls]\n").unwrap();
     let tls_end = REFERENCE[tls_start..].find("\n\n").unwrap() + tls_start;
     let uncomment = |text: &str| {
@@ -773,4 +774,32 @@ fn tls_settings_are_checked() {
             .security()
             .require_tls_for_passwords
     );
+}
+
+#[test]
+fn http_listens_on_its_default_unless_turned_off() {
+    let c = load("");
+    let http = c.http().expect("on by default");
+    assert_eq!(http.bind.to_string(), "127.0.0.1:8161");
+    assert!(!http.tls);
+    assert!(load("[http]\nenabled = false\n").http().is_none());
+    let c = load("[http]\nbind = \"0.0.0.0:9000\"\n[security]\nallow_anonymous = true\n");
+    assert_eq!(c.http().unwrap().bind.port(), 9000);
+}
+
+#[test]
+fn http_needs_tls_for_https_and_a_free_address() {
+    assert!(error("[http]\ntls = true\n").contains("http.tls"));
+    let e = error("[acceptors]\nstomp = \"127.0.0.1:9000\"\n[http]\nbind = \"127.0.0.1:9000\"\n");
+    assert!(e.contains("http.bind"), "{e}");
+    assert!(error("[http]\nbind = \"nowhere\"\n").contains("http.bind"));
+}
+
+#[test]
+fn the_http_flag_keeps_the_tls_setting() {
+    let mut c = load("");
+    c.set_http_addr(None);
+    assert!(c.http().is_none());
+    c.set_http_addr(Some("127.0.0.1:1".parse().unwrap()));
+    assert_eq!(c.http().unwrap().bind.port(), 1);
 }

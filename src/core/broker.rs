@@ -97,6 +97,8 @@ struct Inner {
     /// Whether any queue was created with the BLOCK policy: until one is,
     /// protocols need not look for blocking subscribers of a topic.
     has_block_queues: AtomicBool,
+    /// Open client connections, for management.
+    connections: Arc<super::connections::Connections>,
     me: Weak<Inner>,
 }
 
@@ -172,6 +174,7 @@ impl Broker {
             scheduler: RwLock::new(None),
             memory: Arc::new(Budget::new(options.global_max_size)),
             has_block_queues: AtomicBool::new(false),
+            connections: Arc::default(),
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -186,6 +189,11 @@ impl Broker {
     /// `Message::may_carry_delay` on a message that has one.
     pub fn delay_header_names(&self) -> &DelayHeaderNames {
         &self.inner.delay_header_names
+    }
+
+    /// The open client connections (each protocol registers its own).
+    pub fn connections(&self) -> &Arc<super::connections::Connections> {
+        &self.inner.connections
     }
 
     pub fn auth(&self) -> &Authenticator {
@@ -646,6 +654,18 @@ impl Broker {
         true
     }
 
+    /// Removes an anycast queue, its messages and its record (management).
+    pub(super) fn remove_queue(&self, queue: &Arc<Queue>) {
+        if self.inner.queues.remove(queue.name()).is_none() {
+            return;
+        }
+        self.inner.queues_by_id.remove(&queue.id());
+        queue.purge();
+        self.inner.store.submit_detached(Op::DeleteQueue {
+            name: queue.name().to_string(),
+        });
+    }
+
     /// A queue that exists until the returned guard is dropped (AMQP dynamic
     /// nodes, JMS temporary queues for request/reply).
     pub fn create_temporary_queue(&self) -> TemporaryQueue {
@@ -789,6 +809,7 @@ pub(super) fn validate_name(name: &str) -> Result<(), CoreError> {
 
 impl Diverter for Inner {
     fn divert(&self, from: &Queue, message: Arc<Message>, why: Diversion) {
+        from.count_diverted(why);
         let target = match why {
             Diversion::Expired => from.settings().expiry_address.clone(),
             Diversion::DeadLetter => from.settings().dead_letter_address.clone(),

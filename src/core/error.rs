@@ -38,6 +38,13 @@ pub enum CoreError {
     /// The client's roles do not grant what it asked (`security.permissions`).
     #[error("{0}")]
     Denied(#[from] crate::core::security::Denied),
+    /// A queue to delete still has consumers.
+    #[error("queue '{queue}' has {consumers} consumer(s); close them first")]
+    QueueInUse { queue: String, consumers: usize },
+    /// A queue that lives and dies with something else (a temporary queue, a
+    /// subscription's own queue) cannot be deleted on its own.
+    #[error("queue '{queue}' is {what}; it goes with its owner")]
+    NotDeletable { queue: String, what: &'static str },
     /// The client's user has created as many queues as it may.
     #[error("{0}")]
     QueueLimit(#[from] crate::core::security::QueueLimit),

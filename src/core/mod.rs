@@ -3,6 +3,7 @@
 
 mod access;
 pub mod broker;
+pub mod connections;
 pub mod consumer;
 pub mod delay_headers;
 pub mod deliveries;
@@ -10,6 +11,7 @@ pub mod error;
 pub mod factory;
 pub(crate) mod fast_map;
 pub mod grouping;
+pub mod manage;
 pub mod memory;
 pub mod message;
 pub mod names;

@@ -12,6 +12,7 @@
 //! `Rewind<TlsStream>` that gives back the bytes a protocol sniffer read). Nothing in it
 //! allocates per frame.
 
+use crate::core::connections::Registration;
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::{Deliveries, WakeBatch};
 use crate::core::queue::PendingAcks;
@@ -86,6 +87,8 @@ pub enum Ending<E> {
     Stopped(E),
     /// The broker is shutting down.
     Shutdown,
+    /// Management closed the connection.
+    Closed,
     /// Nothing was read within [`Timing::expect_within`].
     Silent,
     /// A frame started and did not finish within [`Timing::frame_timeout`].
@@ -177,6 +180,7 @@ pub async fn drive<S, P>(
     conn: &mut P,
     timing: Timing,
     shutdown: &mut broadcast::Receiver<()>,
+    registration: &Registration,
 ) -> Ending<P::Stop>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
@@ -239,6 +243,7 @@ where
                 }
             }
             _ = shutdown.recv() => return Ending::Shutdown,
+            _ = registration.close_requested() => return Ending::Closed,
         };
         if let Err(stop) = step {
             return Ending::Stopped(stop);

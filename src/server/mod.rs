@@ -2,6 +2,7 @@
 //! limit, TLS, protocol sniffing on shared ports, and graceful shutdown.
 
 mod connection;
+pub mod http;
 mod sniff;
 pub mod tls;
 
@@ -10,11 +11,13 @@ use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::security::{Authenticator, Authorizer, CredentialError, Secret};
 use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
+use crate::http::ListenerInfo;
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
 use connection::{Options, TlsMode};
+use http::HttpListener;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +58,8 @@ pub enum ServerError {
     AnonymousExposed { name: String, addr: SocketAddr },
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error("http.tls = true needs the [tls] section")]
+    HttpTlsWithoutIdentity,
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -68,6 +73,32 @@ pub struct Server {
     closed: mpsc::Receiver<()>,
     shutdown_timeout: Duration,
     tls: Option<Arc<TlsContext>>,
+    http: Option<HttpListener>,
+}
+
+/// What starts before recovery: the TLS identity and the management HTTP listener
+/// (whose health checks then tell a recovering broker from a dead one).
+pub struct Early {
+    tls: Option<Arc<TlsContext>>,
+    http: Option<HttpListener>,
+}
+
+impl Early {
+    /// Checks the anonymous exposure of every listener, loads `[tls]` and starts the
+    /// HTTP listener (answering 503 until the server is started).
+    pub async fn start(config: &Config) -> Result<Early, ServerError> {
+        check_anonymous_exposure(config)?;
+        let tls = config
+            .tls()
+            .map(TlsContext::load)
+            .transpose()?
+            .map(Arc::new);
+        let http = match config.http() {
+            Some(settings) => Some(HttpListener::start(*settings, tls.clone()).await?),
+            None => None,
+        };
+        Ok(Early { tls, http })
+    }
 }
 
 pub fn store_options(config: &Config) -> StoreOptions {
@@ -162,9 +193,17 @@ fn check_anonymous_exposure(config: &Config) -> Result<(), ServerError> {
     if !security.allow_anonymous {
         return Ok(());
     }
+    let http = config.http().map(|h| Listener {
+        name: "http".to_owned(),
+        bind: h.bind,
+        protocols: Vec::new(),
+        connection_factory: None,
+        tls: h.tls,
+    });
     let exposed = config
         .listeners()
         .into_iter()
+        .chain(http)
         .find(|l| !l.bind.ip().is_loopback());
     match exposed {
         Some(listener) if !security.allow_anonymous_set => Err(ServerError::AnonymousExposed {
@@ -240,12 +279,18 @@ fn transaction_limits(limits: &config::Limits) -> TransactionLimits {
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
-        check_anonymous_exposure(config)?;
-        let tls = config
-            .tls()
-            .map(TlsContext::load)
-            .transpose()?
-            .map(Arc::new);
+        let early = Early::start(config).await?;
+        Self::start_after(config, broker, early).await
+    }
+
+    /// Binds the protocol listeners next to what [`Early::start`] started before
+    /// recovery; then the management API answers and reports ready.
+    pub async fn start_after(
+        config: &Config,
+        broker: Broker,
+        early: Early,
+    ) -> Result<Server, ServerError> {
+        let Early { tls, http } = early;
         let (shutdown, _) = broadcast::channel(1);
         let limits = config.limits();
         let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));
@@ -264,6 +309,7 @@ impl Server {
         );
         let (open, closed) = mpsc::channel(1);
         let mut bound = Vec::new();
+        let mut listening = Vec::new();
         let mut tasks = Vec::new();
         let containers = ContainerRegistry::default();
         for listener in config.listeners() {
@@ -278,6 +324,16 @@ impl Server {
             let addr = socket.local_addr().unwrap_or(listener.bind);
             tracing::info!(name = %listener.name, %addr, protocols = ?listener.protocols, tls = listener.tls, "listening");
             bound.push((listener.name.clone(), addr));
+            listening.push(ListenerInfo {
+                name: listener.name.clone(),
+                protocols: listener
+                    .protocols
+                    .iter()
+                    .map(|p| format!("{p:?}").to_lowercase())
+                    .collect(),
+                address: addr.to_string(),
+                tls: listener.tls,
+            });
             let mut stomp = stomp_options(config, admission.clone());
             stomp.connection_factory = listener.connection_factory.clone();
             let mut amqp = amqp_options(config, containers.clone(), admission.clone());
@@ -301,6 +357,10 @@ impl Server {
             };
             tasks.push(tokio::spawn(acceptor.run(socket)));
         }
+        if let Some(http) = &http {
+            bound.push(("http".to_owned(), http.addr));
+            http.management.set_ready(broker.clone(), listening);
+        }
         Ok(Server {
             broker,
             bound,
@@ -310,7 +370,13 @@ impl Server {
             closed,
             shutdown_timeout: config.broker().shutdown_timeout,
             tls,
+            http,
         })
+    }
+
+    /// Where the management HTTP listener listens, when on.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.addr)
     }
 
     /// Reads the TLS certificate, key and CA files again (on SIGHUP): new connections use
@@ -339,8 +405,16 @@ impl Server {
             open,
             mut closed,
             shutdown_timeout,
+            http,
             ..
         } = self;
+        // Not ready from here on; requests in progress finish, beside the connections.
+        let http_stopped = async {
+            match http {
+                Some(http) => http.stop(shutdown_timeout).await,
+                None => true,
+            }
+        };
         for task in &tasks {
             task.abort();
         }
@@ -350,9 +424,13 @@ impl Server {
         }
         let _ = shutdown.send(());
         drop(open);
-        let drained = tokio::time::timeout(shutdown_timeout, closed.recv())
-            .await
-            .is_ok();
+        let connections = async {
+            tokio::time::timeout(shutdown_timeout, closed.recv())
+                .await
+                .is_ok()
+        };
+        let (drained, http_drained) = tokio::join!(connections, http_stopped);
+        let drained = drained && http_drained;
         if !drained {
             tracing::warn!(timeout = ?shutdown_timeout, "connections still open at the shutdown timeout");
         }

@@ -16,6 +16,9 @@ pub struct BrokerProcess {
     pub stomp: SocketAddr,
     /// The AMQP listener, when started with [`BrokerProcess::start_with_amqp`].
     pub amqp: Option<SocketAddr>,
+    /// The management HTTP listener, when started with [`BrokerProcess::start_with_http`]
+    /// (off otherwise, so brokers in parallel tests do not contend for its port).
+    pub http: Option<SocketAddr>,
     pub data_dir: PathBuf,
     config: Option<PathBuf>,
 }
@@ -57,6 +60,20 @@ impl BrokerProcess {
         Self::start_on(data_dir, config, true)
     }
 
+    /// Like [`BrokerProcess::start`], with the management HTTP listener on a free port.
+    pub fn start_with_http(data_dir: &Path, config: Option<&str>) -> Self {
+        let config_path = write_config(data_dir, config);
+        Self::retry(|| {
+            Self::spawn(
+                data_dir.to_path_buf(),
+                config_path.clone(),
+                free_port(),
+                None,
+                Some(free_port()),
+            )
+        })
+    }
+
     fn start_on(data_dir: &Path, config: Option<&str>, amqp: bool) -> Self {
         let config_path = write_config(data_dir, config);
         Self::retry(|| {
@@ -65,6 +82,7 @@ impl BrokerProcess {
                 config_path.clone(),
                 free_port(),
                 amqp.then(free_port),
+                None,
             )
         })
     }
@@ -74,10 +92,13 @@ impl BrokerProcess {
         config: Option<PathBuf>,
         port: u16,
         amqp_port: Option<u16>,
+        http_port: Option<u16>,
     ) -> Option<Self> {
         let stomp: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let amqp: Option<SocketAddr> = amqp_port.map(|p| format!("127.0.0.1:{p}").parse().unwrap());
         let amqp_arg = amqp.map_or_else(|| "off".to_owned(), |a| a.to_string());
+        let http: Option<SocketAddr> = http_port.map(|p| format!("127.0.0.1:{p}").parse().unwrap());
+        let http_arg = http.map_or_else(|| "off".to_owned(), |a| a.to_string());
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_weir"));
         cmd.arg("serve")
             .arg("--data-dir")
@@ -86,6 +107,8 @@ impl BrokerProcess {
             .arg(stomp.to_string())
             .arg("--amqp")
             .arg(amqp_arg)
+            .arg("--http")
+            .arg(http_arg)
             .arg("--log")
             .arg("warn")
             .stdout(Stdio::null())
@@ -98,6 +121,7 @@ impl BrokerProcess {
             child,
             stomp,
             amqp,
+            http,
             data_dir,
             config,
         };
@@ -113,6 +137,7 @@ impl BrokerProcess {
             }
             if TcpStream::connect(self.stomp).is_ok()
                 && self.amqp.is_none_or(|a| TcpStream::connect(a).is_ok())
+                && self.http.is_none_or(|a| TcpStream::connect(a).is_ok())
             {
                 // Whoever answered, make sure it is our broker that holds the ports.
                 std::thread::sleep(Duration::from_millis(100));
@@ -163,8 +188,9 @@ impl BrokerProcess {
 
     pub fn restart_after_kill(self) -> Self {
         let amqp_port = self.amqp.map(|a| a.port());
+        let http_port = self.http.map(|a| a.port());
         let (dir, config, port) = self.kill9();
-        Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port))
+        Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port, http_port))
     }
 
     /// The broker's resident memory, from /proc (Linux).

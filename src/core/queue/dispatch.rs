@@ -69,6 +69,7 @@ impl Queue {
         direct: bool,
         after: &mut AfterUnlock,
     ) -> (Completion, Placed) {
+        self.counters.enqueued();
         let durable = message.durable || self.settings.durable;
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -366,6 +367,7 @@ impl Queue {
     ) -> Option<usize> {
         if self.settings.exclusive
             || self.settings.consumers_before_dispatch > 0
+            || st.gate.is_paused()
             || self.is_deleted()
             || st.ready.has_lane(lane)
             || st.ready.is_held(lane)

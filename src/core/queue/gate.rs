@@ -1,7 +1,8 @@
 //! `consumers_before_dispatch` / `delay_before_dispatch`, with Artemis's
 //! meaning: dispatch starts when enough consumers are attached or the delay,
 //! timed from the first consumer's arrival, has passed; then it stays on until
-//! the queue has no consumers at all.
+//! the queue has no consumers at all. Management may pause dispatch outright, whatever
+//! the consumers, until it resumes it.
 
 use crate::core::settings::QueueSettings;
 use std::time::{Duration, Instant};
@@ -11,6 +12,8 @@ pub struct DispatchGate {
     open: bool,
     /// When the first consumer of this round arrived.
     first_at: Option<Instant>,
+    /// Paused by management: nothing is dispatched, however many consumers wait.
+    paused: bool,
 }
 
 /// How long to wait for enough consumers: `None` without a time limit.
@@ -50,8 +53,19 @@ impl DispatchGate {
         self.first_at = None;
     }
 
+    pub fn pause(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
     /// Whether dispatch may run with `consumers` attached.
     pub fn allows(&mut self, settings: &QueueSettings, consumers: usize) -> bool {
+        if self.paused {
+            return false;
+        }
         if self.open || settings.consumers_before_dispatch == 0 {
             return true;
         }
@@ -65,7 +79,7 @@ impl DispatchGate {
 
     /// [`DispatchGate::allows`] without opening it (a look from the publish path).
     pub fn is_open(&self, settings: &QueueSettings) -> bool {
-        self.open || settings.consumers_before_dispatch == 0
+        !self.paused && (self.open || settings.consumers_before_dispatch == 0)
     }
 }
 
@@ -106,6 +120,17 @@ mod tests {
         assert!(!gate.allows(&s, 2));
         std::thread::sleep(Duration::from_millis(40));
         assert!(gate.allows(&s, 1));
+    }
+
+    #[test]
+    fn a_pause_holds_dispatch_back_until_resumed() {
+        let s = settings(0, None);
+        let mut gate = DispatchGate::default();
+        gate.pause(true);
+        assert!(!gate.allows(&s, 3));
+        assert!(!gate.is_open(&s));
+        gate.pause(false);
+        assert!(gate.allows(&s, 3));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 mod backlog;
 mod browse;
 mod consumers;
+mod counters;
 mod dispatch;
 mod effects;
 mod flow;
@@ -23,10 +24,12 @@ mod rebalance;
 mod redelivery;
 mod settle;
 
+pub use counters::Totals;
 pub use pending_acks::PendingAcks;
 
 use self::backlog::Backlog;
 use self::consumers::{Consumers, Slot};
+use self::counters::Counters;
 use self::effects::AfterUnlock;
 use self::flow::Flow;
 use self::gate::DispatchGate;
@@ -39,7 +42,7 @@ use super::memory::{Budget, QueueMemory};
 use super::message::Message;
 use super::persist;
 use super::settings::QueueSettings;
-use crate::store::{Completion, Op, Store};
+use crate::store::{Completion, MessageKey, Op, Store};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -72,6 +75,8 @@ pub struct QueueStats {
     pub groups: usize,
     /// Sends whose completion waits for the queue to drain (flow control).
     pub held_sends: usize,
+    /// Dispatch to consumers is paused (management API).
+    pub paused: bool,
 }
 
 struct InFlight {
@@ -148,6 +153,8 @@ pub struct Queue {
     deleted: AtomicBool,
     /// The place this queue takes in its creator's `max_queues`, freed with the queue.
     owner: std::sync::OnceLock<crate::core::security::QueueSlot>,
+    /// Totals since start; see [`counters`].
+    counters: Counters,
     state: StateLock,
 }
 
@@ -188,6 +195,7 @@ impl Queue {
             memory,
             deleted: AtomicBool::new(false),
             owner: std::sync::OnceLock::new(),
+            counters: Counters::default(),
             state: StateLock(std::sync::Mutex::new(State {
                 next_seq: 1,
                 ready: ReadySet::default(),
@@ -267,6 +275,21 @@ impl Queue {
             consumers: st.consumers.len(),
             groups: st.groups.len(),
             held_sends: st.flow.len(),
+            paused: st.gate.is_paused(),
+        }
+    }
+
+    /// What happened to the queue's messages since the broker started. No lock.
+    pub fn totals(&self) -> Totals {
+        self.counters.totals()
+    }
+
+    /// Counts a message that left this queue (or never entered it) as expired or
+    /// dead-lettered; the broker calls it as it routes the message on.
+    pub(crate) fn count_diverted(&self, why: Diversion) {
+        match why {
+            Diversion::Expired => self.counters.expired(),
+            Diversion::DeadLetter => self.counters.dead_lettered(),
         }
     }
 
@@ -539,6 +562,51 @@ impl Queue {
         drop(st);
         drop(released);
         n
+    }
+
+    /// Removes every message waiting in the queue (ready, paged, waiting out a
+    /// redelivery delay) and their records; deliveries in flight stay with their
+    /// consumers. The queue stays in use. Returns how many were removed, and the
+    /// deletion of their records.
+    pub fn clear(self: &Arc<Self>) -> (usize, Completion) {
+        let mut after = AfterUnlock::default();
+        let (removed, completion) = {
+            let mut st = self.state.lock();
+            let mut entries = st.ready.drain_all();
+            entries.extend(st.waiting.drain_all());
+            let on_disk: Vec<u64> = st.backlog.seqs_after(0).collect();
+            st.backlog.clear();
+            let key = |seq| MessageKey {
+                queue: self.id,
+                seq,
+            };
+            let deletes: Vec<Op> = entries
+                .iter()
+                .filter(|e| e.persisted)
+                .map(|e| e.seq)
+                .chain(on_disk.iter().copied())
+                .map(|seq| Op::DeleteMessage { key: key(seq) })
+                .collect();
+            // Under the lock, so the store sees this queue's changes in order.
+            let completion = self.store.submit_all(deletes);
+            // Senders held back while the queue drained may go on.
+            self.dispatch(&mut st, &mut after);
+            (entries.len() + on_disk.len(), completion)
+        };
+        self.finish(after);
+        (removed, completion)
+    }
+
+    /// Stops (or restarts) dispatch to consumers; messages keep arriving and browsers
+    /// still see them.
+    pub fn pause(self: &Arc<Self>, paused: bool) {
+        let mut after = AfterUnlock::default();
+        {
+            let mut st = self.state.lock();
+            st.gate.pause(paused);
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
     }
 
     /// Holds a send's completion back while the queue drains (see [`flow`]).

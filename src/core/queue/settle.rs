@@ -76,6 +76,7 @@ impl Queue {
                 acked += 1;
             }
             refill(&mut st, consumer, acked);
+            self.counters.acked(u64::from(acked));
             // Submitted under the lock so the store sees this queue's changes in order.
             let completion = match deletes.len() {
                 0 => Completion::ready(),
@@ -211,6 +212,9 @@ impl Queue {
             self.forget(&entry);
             after.diverted.push((entry.message, Diversion::DeadLetter));
             return;
+        }
+        if how == Release::Failed {
+            self.counters.redelivered();
         }
         let owner = st.owner_of(&entry.lane);
         if how == Release::Failed && !self.settings.redelivery_delay.is_zero() {

@@ -18,10 +18,12 @@ pub enum Permission {
     DeleteNonDurableQueue,
     CreateAddress,
     Manage,
+    /// Read-only management (the HTTP API's reads, metrics); `manage` implies it.
+    View,
 }
 
 impl Permission {
-    pub const ALL: [Permission; 9] = [
+    pub const ALL: [Permission; 10] = [
         Permission::Send,
         Permission::Consume,
         Permission::Browse,
@@ -31,6 +33,7 @@ impl Permission {
         Permission::DeleteNonDurableQueue,
         Permission::CreateAddress,
         Permission::Manage,
+        Permission::View,
     ];
 
     /// The configuration key, also how a refusal names it.
@@ -45,6 +48,7 @@ impl Permission {
             Permission::DeleteNonDurableQueue => "delete_non_durable_queue",
             Permission::CreateAddress => "create_address",
             Permission::Manage => "manage",
+            Permission::View => "view",
         }
     }
 
@@ -105,7 +109,7 @@ impl RoleNames {
 
 /// The roles granted each permission at one pattern.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grants([RoleSet; 9]);
+pub struct Grants([RoleSet; 10]);
 
 impl Grants {
     pub fn grant(&mut self, permission: Permission, roles: RoleSet) {
@@ -115,6 +119,17 @@ impl Grants {
 
     fn roles(&self, permission: Permission) -> RoleSet {
         self.0[permission.index()]
+    }
+
+    /// The roles that may do `permission`: those granted it, and for `view` also those
+    /// granted `manage` (who may change something may look at it).
+    fn roles_for(&self, permission: Permission) -> RoleSet {
+        match permission {
+            Permission::View => self
+                .roles(Permission::View)
+                .union(self.roles(Permission::Manage)),
+            _ => self.roles(permission),
+        }
     }
 }
 
@@ -142,7 +157,7 @@ impl Permissions {
             return true;
         }
         match self.rules.iter().rev().find(|(p, _)| p.matches(address)) {
-            Some((_, grants)) => grants.roles(permission).meets(roles),
+            Some((_, grants)) => grants.roles_for(permission).meets(roles),
             None => false,
         }
     }
@@ -213,6 +228,19 @@ mod tests {
             grants(Permission::Send, none.with(0)),
         );
         assert!(!p.allows(none.with(0), "b", Permission::Send));
+    }
+
+    #[test]
+    fn manage_implies_view_and_not_the_other_way() {
+        let ops = RoleSet::default().with(0);
+        let audit = RoleSet::default().with(1);
+        let mut g = grants(Permission::Manage, ops);
+        g.grant(Permission::View, audit);
+        let mut p = Permissions::default();
+        p.add(AddressPattern::new("#"), g);
+        assert!(p.allows(ops, "q", Permission::View));
+        assert!(p.allows(audit, "q", Permission::View));
+        assert!(!p.allows(audit, "q", Permission::Manage));
     }
 
     #[test]

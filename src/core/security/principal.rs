@@ -117,10 +117,26 @@ impl Principal {
         self.0.user.as_deref()
     }
 
+    /// The client's name for itself, as it logged in.
+    pub fn client_id(&self) -> Option<&str> {
+        self.0.client_id.as_deref()
+    }
+
     /// Whether checks can refuse anything; when not, a protocol needs no cache of them.
     #[inline]
     pub fn is_restricted(&self) -> bool {
         self.0.enforces
+    }
+
+    /// Whether allowed, without a line in the audit log: for filtering what a
+    /// caller is shown, where not showing is no refusal.
+    pub fn may(&self, address: &str, permission: Permission) -> bool {
+        !self.0.enforces
+            || self
+                .0
+                .authorizer
+                .permissions
+                .allows(self.0.roles, address, permission)
     }
 
     /// Allowed, or refused with a line in the audit log.

@@ -7,6 +7,7 @@ use super::convert::{self, DeliveryInfo};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
 use super::session::{one_line, receipt_frame, AckMode, Session, SessionError};
+use crate::core::connections::Descriptor;
 use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
@@ -146,7 +147,17 @@ async fn run<S>(
         }
     };
     tracing::debug!(version = %conn.session.version, "connected");
-    let failure = match driver::drive(&mut io, &mut conn, timing, &mut shutdown).await {
+    let principal = &conn.session.principal;
+    let registration = conn.session.broker.connections().register(Descriptor {
+        protocol: "stomp".to_owned(),
+        version: conn.session.version.as_str().to_owned(),
+        peer: peer.addr,
+        tls: peer.tls,
+        user: principal.user().map(str::to_owned),
+        client_id: principal.client_id().map(str::to_owned),
+    });
+    let ending = driver::drive(&mut io, &mut conn, timing, &mut shutdown, &registration).await;
+    let failure = match ending {
         Ending::Stopped(Stop::Closed) => None,
         Ending::Stopped(Stop::Disconnect(receipt)) => {
             match conn.disconnect(&mut io, &receipt).await {
@@ -156,6 +167,7 @@ async fn run<S>(
         }
         Ending::Stopped(Stop::Failed(e, receipt)) => Some((e, receipt)),
         Ending::Shutdown => Some((SessionError::ShuttingDown, None)),
+        Ending::Closed => Some((SessionError::ClosedByManagement, None)),
         Ending::Silent => Some((SessionError::HeartbeatTimeout, None)),
         Ending::FrameTimeout(limit) => Some((SessionError::FrameTimeout(limit), None)),
     };

@@ -49,6 +49,8 @@ pub(super) enum SessionError {
     HeartbeatTimeout,
     #[error("broker shutting down")]
     ShuttingDown,
+    #[error("connection closed by the broker's management")]
+    ClosedByManagement,
     #[error("{0}")]
     Refused(#[from] crate::protocol::admission::Refusal),
     #[error(
@@ -62,7 +64,7 @@ impl SessionError {
     pub(super) fn is_clients(&self) -> bool {
         match self {
             SessionError::Core(e) => e.is_access(),
-            SessionError::ShuttingDown => false,
+            SessionError::ShuttingDown | SessionError::ClosedByManagement => false,
             _ => true,
         }
     }

@@ -20,6 +20,8 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::AddressFull { .. } => condition::RESOURCE_LIMIT_EXCEEDED,
         CoreError::Denied(_) => condition::UNAUTHORIZED_ACCESS,
         CoreError::QueueLimit(_) => condition::RESOURCE_LIMIT_EXCEEDED,
+        // Management's refusals; no link operation meets them.
+        CoreError::QueueInUse { .. } | CoreError::NotDeletable { .. } => condition::ILLEGAL_STATE,
     }
 }
 

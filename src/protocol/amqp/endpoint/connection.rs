@@ -20,6 +20,7 @@ use super::outgoing::Outgoing;
 use super::session::{CoreDrain, Session, SessionError};
 use super::txn::Txns;
 use super::waits::{oldest_written, Settled, Waits};
+use crate::core::connections::Descriptor;
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
@@ -170,7 +171,17 @@ async fn run<S>(
     let error = match opened {
         Ok(true) => {
             let timing = conn.timing();
-            match driver::drive(&mut io, &mut conn, timing, &mut shutdown).await {
+            let registration = conn.env.broker.connections().register(Descriptor {
+                protocol: "amqp".to_owned(),
+                version: "1.0".to_owned(),
+                peer: peer.addr,
+                tls: peer.tls,
+                user: conn.env.principal.user().map(str::to_owned),
+                client_id: Some(conn.env.container_id.clone()).filter(|c| !c.is_empty()),
+            });
+            let ending =
+                driver::drive(&mut io, &mut conn, timing, &mut shutdown, &registration).await;
+            match ending {
                 Ending::Stopped(Stop::Closed) => {
                     // The peer closed or went away: what we owe it goes out if it can.
                     let _ = conn.flush(&mut io).await;
@@ -180,6 +191,10 @@ async fn run<S>(
                 Ending::Shutdown => Some(close_error(
                     condition::CONNECTION_FORCED,
                     "broker shutting down",
+                )),
+                Ending::Closed => Some(close_error(
+                    condition::CONNECTION_FORCED,
+                    "connection closed by the broker's management",
                 )),
                 Ending::Silent => Some(close_error(
                     condition::RESOURCE_LIMIT_EXCEEDED,

@@ -132,6 +132,8 @@ public final class WeirBroker
             "--data-dir", dataDir.toString(),
             "--stomp", "127.0.0.1:" + stompPort,
             "--amqp", "127.0.0.1:" + amqpPort,
+            // Off: brokers of parallel tests would contend for the default port.
+            "--http", "off",
             "--log", System.getProperty("weir.log", "info"));
     pb.redirectErrorStream(true);
     pb.redirectOutput(ProcessBuilder.Redirect.appendTo(logPath.toFile()));

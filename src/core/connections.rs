@@ -1,0 +1,163 @@
+//! The open client connections, for management: what each protocol says about its
+//! connection (opaque strings: the core does not know protocols), and a way to ask one
+//! to close that the connection's driver listens to.
+//!
+//! A connection registers once, after its handshake, and unregisters when its
+//! [`Registration`] drops; nothing here is touched per message.
+
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use tokio::sync::Notify;
+
+/// What a protocol tells about a connection when it registers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor {
+    /// The protocol's name, e.g. "stomp".
+    pub protocol: String,
+    /// The protocol version agreed, e.g. "1.2".
+    pub version: String,
+    pub peer: SocketAddr,
+    pub tls: bool,
+    /// `None` for an anonymous connection.
+    pub user: Option<String>,
+    /// The client's own name for itself: STOMP client-id, AMQP container-id.
+    pub client_id: Option<String>,
+}
+
+/// One open connection as management sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    pub id: u64,
+    pub descriptor: Descriptor,
+    /// Epoch milliseconds.
+    pub connected_at: u64,
+}
+
+struct Open {
+    info: ConnectionInfo,
+    close: Arc<Notify>,
+}
+
+/// Every open connection that registered.
+#[derive(Default)]
+pub struct Connections {
+    next_id: AtomicU64,
+    open: Mutex<BTreeMap<u64, Open>>,
+}
+
+impl Connections {
+    /// Registers a connection; it is listed until the registration drops.
+    pub fn register(self: &Arc<Self>, descriptor: Descriptor) -> Registration {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let close = Arc::new(Notify::new());
+        let info = ConnectionInfo {
+            id,
+            descriptor,
+            connected_at: super::message::now_ms(),
+        };
+        self.open.lock().insert(
+            id,
+            Open {
+                info,
+                close: close.clone(),
+            },
+        );
+        Registration {
+            id,
+            close,
+            registry: self.clone(),
+        }
+    }
+
+    /// Every open connection, oldest first.
+    pub fn list(&self) -> Vec<ConnectionInfo> {
+        self.open.lock().values().map(|o| o.info.clone()).collect()
+    }
+
+    pub fn get(&self, id: u64) -> Option<ConnectionInfo> {
+        self.open.lock().get(&id).map(|o| o.info.clone())
+    }
+
+    /// Asks connection `id` to close; false when there is none.
+    pub fn close(&self, id: u64) -> bool {
+        match self.open.lock().get(&id) {
+            Some(open) => {
+                // A stored permit: the driver sees it even if it is not waiting yet.
+                open.close.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Open connections counted by protocol and TLS.
+    pub fn count_by_protocol(&self) -> BTreeMap<(String, bool), usize> {
+        let mut counts = BTreeMap::new();
+        for open in self.open.lock().values() {
+            let d = &open.info.descriptor;
+            *counts.entry((d.protocol.clone(), d.tls)).or_default() += 1;
+        }
+        counts
+    }
+}
+
+/// A registered connection; unregisters on drop.
+pub struct Registration {
+    id: u64,
+    close: Arc<Notify>,
+    registry: Arc<Connections>,
+}
+
+impl Registration {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Resolves when management asked this connection to close.
+    pub async fn close_requested(&self) {
+        self.close.notified().await
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.registry.open.lock().remove(&self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn descriptor(protocol: &str, tls: bool) -> Descriptor {
+        Descriptor {
+            protocol: protocol.into(),
+            version: "1".into(),
+            peer: "127.0.0.1:1".parse().unwrap(),
+            tls,
+            user: None,
+            client_id: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn listed_while_registered_and_closed_on_request() {
+        let registry = Arc::new(Connections::default());
+        let a = registry.register(descriptor("stomp", false));
+        let b = registry.register(descriptor("amqp", true));
+        assert_eq!(registry.list().len(), 2);
+        assert_eq!(registry.count_by_protocol()[&("amqp".into(), true)], 1);
+        assert!(registry.close(a.id()));
+        // The request waits as a permit until the driver looks.
+        tokio::time::timeout(std::time::Duration::from_secs(1), a.close_requested())
+            .await
+            .expect("close requested");
+        let id = b.id();
+        drop(b);
+        assert!(registry.get(id).is_none());
+        assert!(!registry.close(id));
+    }
+}

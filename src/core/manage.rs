@@ -1,0 +1,99 @@
+//! What management (the HTTP API) does to the broker, beside what clients do through a
+//! protocol: create and delete queues, purge them, pause and resume their dispatch, and
+//! read the broker-wide state. Every operation that changes something takes the caller's
+//! [`Principal`] and checks its permissions here, like [`super::access`] does for clients.
+
+use super::broker::Broker;
+use super::error::CoreError;
+use super::queue::Queue;
+use super::security::{Permission, Principal};
+use std::sync::Arc;
+
+/// The address at which broker-wide management permissions are checked.
+pub const MANAGEMENT_ADDRESS: &str = "weir.management";
+
+/// What a management create did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    New,
+    Existing,
+}
+
+impl Broker {
+    /// Creates the anycast queue `name`, as a client sending to it first would: `manage`
+    /// at the name and the create permissions. An existing queue is left as it is.
+    pub fn create_queue_as(
+        &self,
+        name: &str,
+        who: &Principal,
+    ) -> Result<(Arc<Queue>, Created), CoreError> {
+        who.check(name, Permission::Manage)?;
+        if let Some(queue) = self.queue(name) {
+            return Ok((queue, Created::Existing));
+        }
+        self.may_create_queue(name, who)?;
+        let slot = who.claim_queue()?;
+        let queue = self.queue_or_create(name, true)?;
+        if let Some(slot) = slot {
+            queue.set_owner(slot);
+        }
+        Ok((queue, Created::New))
+    }
+
+    /// Deletes the queue `name` with its messages: `manage` and the delete permission
+    /// for its kind (`delete_durable_queue` for a durable queue, else
+    /// `delete_non_durable_queue`). Refused while it has consumers, and for a queue
+    /// that goes with its owner (temporary queues, subscriptions' own queues). A durable
+    /// subscription is deleted as JMS unsubscribe does.
+    pub fn delete_queue_as(&self, name: &str, who: &Principal) -> Result<(), CoreError> {
+        let queue = self
+            .queue(name)
+            .ok_or_else(|| CoreError::NotFound(name.to_owned()))?;
+        who.check(name, Permission::Manage)?;
+        let durable = queue.settings().durable || name.contains("::durable::");
+        let delete = match durable {
+            true => Permission::DeleteDurableQueue,
+            false => Permission::DeleteNonDurableQueue,
+        };
+        who.check(name, delete)?;
+        let consumers = queue.stats().consumers;
+        if consumers > 0 {
+            return Err(CoreError::QueueInUse {
+                queue: name.to_owned(),
+                consumers,
+            });
+        }
+        if let Some((topic, subscription)) = name.split_once("::durable::") {
+            self.delete_durable_subscription(topic, subscription);
+            return Ok(());
+        }
+        let not_deletable = |what| CoreError::NotDeletable {
+            queue: name.to_owned(),
+            what,
+        };
+        if name.contains("::shared::") {
+            return Err(not_deletable("a shared subscription's queue"));
+        }
+        // The namespace create_temporary_queue names its queues in (`temp.#`).
+        if name.starts_with("temp.") {
+            return Err(not_deletable("a temporary queue"));
+        }
+        self.remove_queue(&queue);
+        Ok(())
+    }
+
+    /// `manage` at the queue's name: the queue, for purge, pause and resume.
+    pub fn manage_queue_as(&self, name: &str, who: &Principal) -> Result<Arc<Queue>, CoreError> {
+        let queue = self
+            .queue(name)
+            .ok_or_else(|| CoreError::NotFound(name.to_owned()))?;
+        who.check(name, Permission::Manage)?;
+        Ok(queue)
+    }
+
+    /// Why durable messages are refused now (the disk past its limits, or failing),
+    /// `None` while the disk is fine.
+    pub fn disk_refusal(&self) -> Option<String> {
+        self.store().disk_refusal().map(|e| e.to_string())
+    }
+}

@@ -1,0 +1,60 @@
+//! `/api/connections`: the open client connections, and closing one.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use crate::core::connections::ConnectionInfo;
+use crate::core::manage::MANAGEMENT_ADDRESS;
+use crate::core::security::Permission;
+use axum::extract::Path;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Serialize;
+
+#[derive(Serialize)]
+pub struct Connection {
+    id: u64,
+    protocol: String,
+    version: String,
+    peer: String,
+    tls: bool,
+    user: Option<String>,
+    client_id: Option<String>,
+    /// Epoch milliseconds.
+    connected_at: u64,
+}
+
+impl From<ConnectionInfo> for Connection {
+    fn from(c: ConnectionInfo) -> Self {
+        let d = c.descriptor;
+        Connection {
+            id: c.id,
+            protocol: d.protocol,
+            version: d.version,
+            peer: d.peer.to_string(),
+            tls: d.tls,
+            user: d.user,
+            client_id: d.client_id,
+            connected_at: c.connected_at,
+        }
+    }
+}
+
+/// View at `weir.management`.
+pub async fn list(caller: Caller) -> Result<Json<Vec<Connection>>, ApiError> {
+    caller.may(MANAGEMENT_ADDRESS, Permission::View)?;
+    let list = caller.broker.connections().list();
+    Ok(Json(list.into_iter().map(Connection::from).collect()))
+}
+
+/// Manage at `weir.management`: the connection is told in its protocol (a STOMP ERROR,
+/// an AMQP close with `amqp:connection:forced`) and closed.
+pub async fn close(caller: Caller, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+    let id: u64 = id
+        .parse()
+        .map_err(|_| ApiError::BadRequest(format!("id: '{id}' is not a connection id")))?;
+    caller.may(MANAGEMENT_ADDRESS, Permission::Manage)?;
+    match caller.broker.connections().close(id) {
+        true => Ok(StatusCode::ACCEPTED),
+        false => Err(ApiError::NotFound(format!("no open connection {id}"))),
+    }
+}

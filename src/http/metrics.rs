@@ -1,0 +1,274 @@
+//! `GET /metrics`: Prometheus's text exposition format, written by hand. The metrics
+//! are read fresh at each scrape from counters the core keeps anyway, so there is no
+//! registry to keep in step with queues that come and go; a client library would add a
+//! dependency to format what fits in this file.
+//!
+//! Conventions: the `weir_` prefix, base units (bytes, seconds), `_total` on counters,
+//! labels `queue` and `protocol`.
+
+use super::auth::Caller;
+use super::broker_info::resident_memory_bytes;
+use super::error::ApiError;
+use super::state::Management;
+use crate::core::manage::MANAGEMENT_ADDRESS;
+use crate::core::security::Permission;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+pub async fn metrics(
+    State(m): State<Arc<Management>>,
+    caller: Caller,
+) -> Result<impl IntoResponse, ApiError> {
+    caller.may(MANAGEMENT_ADDRESS, Permission::View)?;
+    let text = render(&m, &caller);
+    Ok(([(header::CONTENT_TYPE, CONTENT_TYPE)], text))
+}
+
+/// One metric family: its HELP and TYPE lines once, then its samples.
+struct Family<'a> {
+    out: &'a mut String,
+}
+
+impl<'a> Family<'a> {
+    fn new(out: &'a mut String, name: &str, kind: &str, help: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        Family { out }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (key, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{key}=\"");
+                escape_label(self.out, v);
+                self.out.push('"');
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
+}
+
+/// Label values escape backslash, double quote and newline (the exposition format).
+fn escape_label(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    Family::new(out, name, "gauge", help).sample(name, &[], value);
+}
+
+fn render(m: &Management, caller: &Caller) -> String {
+    let broker = &caller.broker;
+    let mut out = String::with_capacity(4096);
+    Family::new(
+        &mut out,
+        "weir_build_info",
+        "gauge",
+        "The broker's version.",
+    )
+    .sample(
+        "weir_build_info",
+        &[("version", env!("CARGO_PKG_VERSION"))],
+        1,
+    );
+    gauge(
+        &mut out,
+        "weir_uptime_seconds",
+        "Seconds since the broker started.",
+        m.uptime().as_secs_f64(),
+    );
+    let memory = broker.memory();
+    if let Some(limit) = memory.limit() {
+        gauge(
+            &mut out,
+            "weir_memory_limit_bytes",
+            "broker.global_max_size: bytes all queues' messages may hold in memory.",
+            limit,
+        );
+    }
+    gauge(
+        &mut out,
+        "weir_memory_used_bytes",
+        "Bytes all queues' messages hold in memory.",
+        memory.used(),
+    );
+    gauge(
+        &mut out,
+        "weir_memory_limit_reached",
+        "1 while global_max_size is reached (queues apply their address_full_policy).",
+        u8::from(memory.is_full()),
+    );
+    gauge(
+        &mut out,
+        "weir_disk_refusing",
+        "1 while durable messages are refused (disk past its limits, or failing).",
+        u8::from(broker.disk_refusal().is_some()),
+    );
+    if let Some(rss) = resident_memory_bytes() {
+        gauge(
+            &mut out,
+            "weir_process_resident_memory_bytes",
+            "Resident memory of the broker process.",
+            rss,
+        );
+    }
+    connections(&mut out, broker);
+    queues(&mut out, caller);
+    out
+}
+
+fn connections(out: &mut String, broker: &crate::core::Broker) {
+    let mut family = Family::new(
+        out,
+        "weir_connections",
+        "gauge",
+        "Open client connections by protocol and TLS.",
+    );
+    for ((protocol, tls), count) in broker.connections().count_by_protocol() {
+        let tls = if tls { "true" } else { "false" };
+        family.sample(
+            "weir_connections",
+            &[("protocol", &protocol), ("tls", tls)],
+            count,
+        );
+    }
+}
+
+/// The per-queue families, over the queues the caller may view.
+fn queues(out: &mut String, caller: &Caller) {
+    let broker = &caller.broker;
+    let mut names = broker.queue_names();
+    names.retain(|n| caller.principal.may(n, Permission::View));
+    names.sort_unstable();
+    let queues: Vec<_> = names.iter().filter_map(|n| broker.queue(n)).collect();
+    let stats: Vec<_> = queues.iter().map(|q| (q.stats(), q.totals())).collect();
+    gauge(
+        out,
+        "weir_queues",
+        "Queues the caller may view.",
+        queues.len(),
+    );
+    type Pick = fn(&(crate::core::queue::QueueStats, crate::core::queue::Totals)) -> u64;
+    let families: [(&str, &str, &str, Pick); 14] = [
+        (
+            "weir_queue_ready_messages",
+            "gauge",
+            "Messages waiting to be delivered, in memory or paged.",
+            |(s, _)| (s.ready + s.paged) as u64,
+        ),
+        (
+            "weir_queue_in_memory_messages",
+            "gauge",
+            "Waiting messages held in memory.",
+            |(s, _)| s.ready as u64,
+        ),
+        (
+            "weir_queue_paged_messages",
+            "gauge",
+            "Waiting messages paged to disk.",
+            |(s, _)| s.paged as u64,
+        ),
+        (
+            "weir_queue_in_flight_messages",
+            "gauge",
+            "Messages delivered and not yet settled.",
+            |(s, _)| s.in_flight as u64,
+        ),
+        (
+            "weir_queue_redelivery_waiting_messages",
+            "gauge",
+            "Messages waiting out their redelivery delay.",
+            |(s, _)| s.waiting as u64,
+        ),
+        (
+            "weir_queue_memory_bytes",
+            "gauge",
+            "Bytes the queue's messages hold in memory.",
+            |(s, _)| s.memory_bytes,
+        ),
+        (
+            "weir_queue_consumers",
+            "gauge",
+            "Consumers attached to the queue.",
+            |(s, _)| s.consumers as u64,
+        ),
+        (
+            "weir_queue_paused",
+            "gauge",
+            "1 while dispatch is paused by management.",
+            |(s, _)| u64::from(s.paused),
+        ),
+        (
+            "weir_queue_enqueued_messages_total",
+            "counter",
+            "Messages that entered the queue (a delayed one when due).",
+            |(_, t)| t.enqueued,
+        ),
+        (
+            "weir_queue_acked_messages_total",
+            "counter",
+            "Deliveries acknowledged.",
+            |(_, t)| t.acked,
+        ),
+        (
+            "weir_queue_expired_messages_total",
+            "counter",
+            "Messages expired.",
+            |(_, t)| t.expired,
+        ),
+        (
+            "weir_queue_dead_lettered_messages_total",
+            "counter",
+            "Messages rejected or past max_delivery_attempts.",
+            |(_, t)| t.dead_lettered,
+        ),
+        (
+            "weir_queue_redelivered_messages_total",
+            "counter",
+            "Failed deliveries returned to be delivered again.",
+            |(_, t)| t.redelivered,
+        ),
+        (
+            "weir_queue_dropped_messages_total",
+            "counter",
+            "Messages discarded by the DROP policy.",
+            |(s, _)| s.dropped,
+        ),
+    ];
+    for (name, kind, help, pick) in families {
+        let mut family = Family::new(out, name, kind, help);
+        for (queue, sample) in queues.iter().zip(&stats) {
+            family.sample(name, &[("queue", queue.name())], pick(sample));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        let mut out = String::new();
+        escape_label(&mut out, "a\"b\\c\nd");
+        assert_eq!(out, "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,325 @@
+//! `/api/queues`: list, detail, create, delete, purge, pause and resume.
+
+use super::auth::Caller;
+use super::error::ApiError;
+use crate::core::manage::Created;
+use crate::core::queue::{Queue, QueueStats, Totals};
+use crate::core::security::Permission;
+use crate::core::settings::QueueSettings;
+use axum::extract::{Path, RawQuery};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Most queues one page may hold.
+const MAX_LIMIT: usize = 1000;
+const DEFAULT_LIMIT: usize = 100;
+
+#[derive(Serialize)]
+pub struct QueuePage {
+    /// Queues that match the filter (and the caller may view), over all pages.
+    total: usize,
+    offset: usize,
+    limit: usize,
+    queues: Vec<QueueInfo>,
+}
+
+#[derive(Serialize)]
+pub struct QueueInfo {
+    name: String,
+    paused: bool,
+    messages: Counts,
+    /// Bytes the queue's messages hold in memory.
+    memory_bytes: u64,
+    consumers: usize,
+    groups: usize,
+    totals: TotalsInfo,
+    settings: SettingsInfo,
+}
+
+#[derive(Serialize)]
+struct Counts {
+    /// Waiting to be delivered, in memory or paged to disk.
+    ready: usize,
+    in_memory: usize,
+    paged: usize,
+    in_flight: usize,
+    /// Came back from a failed delivery, waiting out their redelivery delay.
+    awaiting_redelivery: usize,
+}
+
+#[derive(Serialize)]
+struct TotalsInfo {
+    enqueued: u64,
+    acked: u64,
+    expired: u64,
+    dead_lettered: u64,
+    redelivered: u64,
+    /// Discarded by the DROP policy.
+    dropped: u64,
+}
+
+#[derive(Serialize)]
+struct SettingsInfo {
+    durable: bool,
+    max_delivery_attempts: u32,
+    dead_letter_address: Option<String>,
+    expiry_address: Option<String>,
+    max_memory_messages: usize,
+    max_size_bytes: Option<u64>,
+    address_full_policy: &'static str,
+    default_prefetch: u32,
+    default_message_delay_ms: u128,
+    max_message_delay_ms: u128,
+    redelivery_delay_ms: u128,
+    exclusive: bool,
+    group_buckets: i32,
+    consumers_before_dispatch: u32,
+    auto_create: bool,
+}
+
+impl QueueInfo {
+    fn of(queue: &Queue) -> Self {
+        Self::from_parts(
+            queue.name(),
+            queue.stats(),
+            queue.totals(),
+            queue.settings(),
+        )
+    }
+
+    fn from_parts(name: &str, s: QueueStats, t: Totals, settings: &QueueSettings) -> Self {
+        QueueInfo {
+            name: name.to_owned(),
+            paused: s.paused,
+            messages: Counts {
+                ready: s.ready + s.paged,
+                in_memory: s.ready,
+                paged: s.paged,
+                in_flight: s.in_flight,
+                awaiting_redelivery: s.waiting,
+            },
+            memory_bytes: s.memory_bytes,
+            consumers: s.consumers,
+            groups: s.groups,
+            totals: TotalsInfo {
+                enqueued: t.enqueued,
+                acked: t.acked,
+                expired: t.expired,
+                dead_lettered: t.dead_lettered,
+                redelivered: t.redelivered,
+                dropped: s.dropped,
+            },
+            settings: SettingsInfo {
+                durable: settings.durable,
+                max_delivery_attempts: settings.max_delivery_attempts,
+                dead_letter_address: settings.dead_letter_address.clone(),
+                expiry_address: settings.expiry_address.clone(),
+                max_memory_messages: settings.max_memory_messages,
+                max_size_bytes: settings.max_size_bytes,
+                address_full_policy: settings.address_full_policy.name(),
+                default_prefetch: settings.default_prefetch,
+                default_message_delay_ms: settings.default_message_delay.as_millis(),
+                max_message_delay_ms: settings.max_message_delay.as_millis(),
+                redelivery_delay_ms: settings.redelivery_delay.as_millis(),
+                exclusive: settings.exclusive,
+                group_buckets: settings.group_buckets,
+                consumers_before_dispatch: settings.consumers_before_dispatch,
+                auto_create: settings.auto_create,
+            },
+        }
+    }
+}
+
+/// `offset`, `limit` and `name` of a list request; anything else is refused, so a typo
+/// does not pass for "no filter".
+struct ListQuery {
+    offset: usize,
+    limit: usize,
+    name: Option<String>,
+}
+
+fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
+    let mut q = ListQuery {
+        offset: 0,
+        limit: DEFAULT_LIMIT,
+        name: None,
+    };
+    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).ok_or_else(|| {
+            ApiError::BadRequest(format!("{key}: not valid percent-encoded UTF-8"))
+        })?;
+        match key {
+            "offset" => q.offset = number(key, &value, 0, usize::MAX)?,
+            "limit" => q.limit = number(key, &value, 1, MAX_LIMIT)?,
+            "name" => q.name = Some(value),
+            _ => {
+                return Err(ApiError::BadRequest(format!(
+                    "unknown query parameter '{key}' (offset, limit and name are known)"
+                )))
+            }
+        }
+    }
+    Ok(q)
+}
+
+fn number(key: &str, value: &str, min: usize, max: usize) -> Result<usize, ApiError> {
+    match value.parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ if max == usize::MAX => Err(ApiError::BadRequest(format!(
+            "{key}: '{value}' is not a whole number of at least {min}"
+        ))),
+        _ => Err(ApiError::BadRequest(format!(
+            "{key}: '{value}' is not a whole number from {min} to {max}"
+        ))),
+    }
+}
+
+/// `%XX` escapes and `+` for space, as browsers and curl encode a query.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+pub async fn list(caller: Caller, RawQuery(raw): RawQuery) -> Result<Json<QueuePage>, ApiError> {
+    let query = list_query(raw.as_deref())?;
+    let mut names: Vec<Arc<str>> = caller
+        .broker
+        .queue_names()
+        .into_iter()
+        .filter(|n| query.name.as_deref().is_none_or(|f| n.contains(f)))
+        // Only what the caller may see; a refusal here is no error (nor an audit line).
+        .filter(|n| caller.principal.may(n, Permission::View))
+        .collect();
+    names.sort_unstable();
+    let total = names.len();
+    let queues = names
+        .iter()
+        .skip(query.offset)
+        .take(query.limit)
+        .filter_map(|n| caller.broker.queue(n))
+        .map(|q| QueueInfo::of(&q))
+        .collect();
+    Ok(Json(QueuePage {
+        total,
+        offset: query.offset,
+        limit: query.limit,
+        queues,
+    }))
+}
+
+pub async fn detail(caller: Caller, Path(name): Path<String>) -> Result<Json<QueueInfo>, ApiError> {
+    caller.may(&name, Permission::View)?;
+    let queue = caller
+        .broker
+        .queue(&name)
+        .ok_or_else(|| ApiError::NotFound(format!("no queue named '{name}'")))?;
+    Ok(Json(QueueInfo::of(&queue)))
+}
+
+/// 201 with the new queue, 200 with the one that was there.
+pub async fn create(
+    caller: Caller,
+    Path(name): Path<String>,
+) -> Result<(StatusCode, Json<QueueInfo>), ApiError> {
+    let (queue, created) = caller
+        .broker
+        .create_queue_as(&name, &caller.principal)
+        .map_err(|e| caller.refusal(e))?;
+    let status = match created {
+        Created::New => StatusCode::CREATED,
+        Created::Existing => StatusCode::OK,
+    };
+    Ok((status, Json(QueueInfo::of(&queue))))
+}
+
+pub async fn delete(caller: Caller, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+    caller
+        .broker
+        .delete_queue_as(&name, &caller.principal)
+        .map_err(|e| caller.refusal(e))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Serialize)]
+pub struct Purged {
+    removed: usize,
+}
+
+/// Removes the waiting messages once their records are deleted; deliveries in flight stay.
+pub async fn purge(caller: Caller, Path(name): Path<String>) -> Result<Json<Purged>, ApiError> {
+    let queue = manageable(&caller, &name)?;
+    let (removed, written) = queue.clear();
+    written
+        .wait()
+        .await
+        .map_err(|e| ApiError::Internal(format!("purged, but deleting the records failed: {e}")))?;
+    Ok(Json(Purged { removed }))
+}
+
+pub async fn pause(caller: Caller, Path(name): Path<String>) -> Result<Json<QueueInfo>, ApiError> {
+    let queue = manageable(&caller, &name)?;
+    queue.pause(true);
+    Ok(Json(QueueInfo::of(&queue)))
+}
+
+pub async fn resume(caller: Caller, Path(name): Path<String>) -> Result<Json<QueueInfo>, ApiError> {
+    let queue = manageable(&caller, &name)?;
+    queue.pause(false);
+    Ok(Json(QueueInfo::of(&queue)))
+}
+
+fn manageable(caller: &Caller, name: &str) -> Result<Arc<Queue>, ApiError> {
+    caller
+        .broker
+        .manage_queue_as(name, &caller.principal)
+        .map_err(|e| caller.refusal(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries_are_checked_and_decoded() {
+        let q = list_query(Some("offset=5&limit=10&name=orders%2Eeu+x")).unwrap();
+        assert_eq!((q.offset, q.limit), (5, 10));
+        assert_eq!(q.name.as_deref(), Some("orders.eu x"));
+        for bad in [
+            "limit=abc",
+            "limit=0",
+            "limit=1001",
+            "offset=-1",
+            "colour=red",
+            "name=%zz",
+        ] {
+            assert!(
+                matches!(list_query(Some(bad)), Err(ApiError::BadRequest(_))),
+                "{bad}"
+            );
+        }
+        let q = list_query(None).unwrap();
+        assert_eq!((q.offset, q.limit, q.name), (0, DEFAULT_LIMIT, None));
+    }
+}

@@ -1,0 +1,98 @@
+//! The router in-process: readiness, the API before recovery, and the OpenAPI
+//! description against the routes actually served.
+
+use super::*;
+use crate::core::settings::QueueSettings;
+use crate::core::{Broker, BrokerOptions};
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use tower::ServiceExt as _;
+
+async fn status(router: &Router, method: &str, path: &str) -> StatusCode {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(Body::empty())
+        .unwrap();
+    router.clone().oneshot(request).await.unwrap().status()
+}
+
+fn broker() -> (tempfile::TempDir, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path(), Default::default()).unwrap();
+    let options = BrokerOptions::with_queue_settings(QueueSettings::default());
+    (dir, Broker::open(store, options).unwrap())
+}
+
+#[tokio::test]
+async fn ready_only_once_recovered_and_not_while_stopping() {
+    let management = Arc::new(Management::default());
+    let router = router(management.clone());
+    assert_eq!(status(&router, "GET", "/health/live").await, StatusCode::OK);
+    assert_eq!(
+        status(&router, "GET", "/health/ready").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(
+        status(&router, "GET", "/api/broker").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let (_dir, broker) = broker();
+    management.set_ready(broker, Vec::new());
+    assert_eq!(
+        status(&router, "GET", "/health/ready").await,
+        StatusCode::OK
+    );
+    assert_eq!(status(&router, "GET", "/api/broker").await, StatusCode::OK);
+    management.set_stopping();
+    assert_eq!(
+        status(&router, "GET", "/health/ready").await,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[test]
+fn openapi_describes_exactly_the_routes_served() {
+    let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let served: Vec<(String, String)> = routes()
+        .into_iter()
+        .map(|(method, path, _)| (method.to_lowercase(), path.to_owned()))
+        .collect();
+    for (method, path) in &served {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} is served but not in openapi.json"
+        );
+    }
+    let methods = ["get", "put", "post", "delete", "patch", "head", "options"];
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in methods.iter().filter(|m| item.get(**m).is_some()) {
+            assert!(
+                served.contains(&(method.to_string(), path.clone())),
+                "{method} {path} is in openapi.json but not served"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_route_answers_and_others_are_json_404_or_405() {
+    let management = Arc::new(Management::default());
+    let (_dir, broker) = broker();
+    management.set_ready(broker, Vec::new());
+    let router = router(management);
+    for (method, path, _) in routes() {
+        let path = path.replace("{name}", "q").replace("{id}", "1");
+        let status = status(&router, method, &path).await;
+        assert!(
+            status != StatusCode::METHOD_NOT_ALLOWED && status.as_u16() < 500,
+            "{method} {path}: {status}"
+        );
+    }
+    assert_eq!(status(&router, "GET", "/nope").await, StatusCode::NOT_FOUND);
+    assert_eq!(
+        status(&router, "PATCH", "/api/queues/q").await,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+}

@@ -1,0 +1,475 @@
+//! The management HTTP API over real sockets: a broker process, an independent HTTP
+//! client (reqwest), and STOMP traffic on the same broker to cross-check what the API
+//! reports.
+
+mod common;
+
+use common::{free_port, BrokerProcess, Stomp};
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// admin (ops) may manage; auditor (audit) may only view; dev (dev) may send and consume
+/// but not look.
+const CONFIG: &str = r##"
+[[users]]
+name = "admin"
+password = "pw"
+roles = ["ops"]
+
+[[users]]
+name = "auditor"
+password = "pw"
+roles = ["audit"]
+
+[[users]]
+name = "dev"
+password = "pw"
+roles = ["dev"]
+
+[security]
+login_failure_delay = "0"
+
+[security.permissions."#"]
+send = ["ops", "dev"]
+consume = ["ops", "dev"]
+browse = ["ops", "dev"]
+create_address = ["ops", "dev"]
+create_durable_queue = ["ops", "dev"]
+delete_durable_queue = ["ops"]
+delete_non_durable_queue = ["ops"]
+manage = ["ops"]
+view = ["audit"]
+"##;
+
+struct Api {
+    base: String,
+    client: Client,
+}
+
+impl Api {
+    fn new(addr: SocketAddr) -> Self {
+        Api {
+            base: format!("http://{addr}"),
+            client: Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str, user: Option<&str>) -> RequestBuilder {
+        let r = self.client.request(method, format!("{}{path}", self.base));
+        match user {
+            Some(u) => r.basic_auth(u, Some("pw")),
+            None => r,
+        }
+    }
+
+    fn get(&self, path: &str, user: Option<&str>) -> Response {
+        self.request(reqwest::Method::GET, path, user)
+            .send()
+            .unwrap()
+    }
+
+    fn call(&self, method: &str, path: &str, user: Option<&str>) -> Response {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        self.request(method, path, user).send().unwrap()
+    }
+
+    /// GET as admin, 200 and its JSON.
+    fn json(&self, path: &str) -> Value {
+        let r = self.get(path, Some("admin"));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        r.json().unwrap()
+    }
+}
+
+/// The status is `status` and the body the JSON error with `code`; returns its message.
+fn assert_error(r: Response, status: StatusCode, code: &str) -> String {
+    assert_eq!(r.status(), status);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["error"], code, "{body}");
+    let message = body["message"].as_str().expect("a message").to_owned();
+    assert!(!message.is_empty());
+    message
+}
+
+fn start(config: Option<&str>) -> (tempfile::TempDir, BrokerProcess, Api) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), config);
+    let api = Api::new(broker.http.expect("HTTP listener"));
+    (dir, broker, api)
+}
+
+fn login(broker: &BrokerProcess, user: &str) -> Stomp {
+    let s = Stomp::connect(broker.stomp, &[("login", user), ("passcode", "pw")]);
+    assert_eq!(s.connected.command, "CONNECTED");
+    s
+}
+
+#[test]
+fn health_answers_without_a_login() {
+    let (_dir, _broker, api) = start(Some(CONFIG));
+    for path in ["/health/live", "/health/ready"] {
+        assert_eq!(api.get(path, None).status(), StatusCode::OK, "{path}");
+    }
+}
+
+#[test]
+fn logins_are_required_and_checked() {
+    let (_dir, _broker, api) = start(Some(CONFIG));
+    let r = api.call("PUT", "/api/queues/q", Some("admin"));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // A list shows only the queues the caller may view: none for dev.
+    let list: Value = api.get("/api/queues", Some("dev")).json().unwrap();
+    assert_eq!(list["total"], 0);
+    assert_eq!(api.json("/api/queues")["total"], 1);
+    assert_error(
+        api.get("/api/queues/q", Some("dev")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    for path in ["/api/broker", "/api/queues", "/metrics"] {
+        let r = api.get(path, None);
+        assert_eq!(
+            r.headers()["www-authenticate"].to_str().unwrap(),
+            "Basic realm=\"weir\""
+        );
+        assert_error(r, StatusCode::UNAUTHORIZED, "unauthorized");
+        let wrong = api
+            .client
+            .get(format!("{}{path}", api.base))
+            .basic_auth("admin", Some("not the password"))
+            .send()
+            .unwrap();
+        assert_error(wrong, StatusCode::UNAUTHORIZED, "unauthorized");
+        // dev logs in fine but may not view.
+        if path != "/api/queues" {
+            let r = api.get(path, Some("dev"));
+            let message = assert_error(r, StatusCode::FORBIDDEN, "forbidden");
+            assert!(message.contains("view"), "{message}");
+        }
+        for viewer in ["admin", "auditor"] {
+            assert_eq!(api.get(path, Some(viewer)).status(), StatusCode::OK);
+        }
+    }
+}
+
+#[test]
+fn the_broker_describes_itself() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let info = api.json("/api/broker");
+    assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
+    assert!(info["uptime_seconds"].as_f64().unwrap() > 0.0);
+    let listeners = info["listeners"].as_array().unwrap();
+    assert!(listeners
+        .iter()
+        .any(|l| l["address"] == broker.stomp.to_string()
+            && l["protocols"] == serde_json::json!(["stomp"])
+            && l["tls"] == false));
+    assert!(info["memory"]["limit_bytes"].as_u64().unwrap() > 0);
+    assert!(info["memory"]["process_resident_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(info["disk"]["refusing"], false);
+    assert_eq!(info["flow"]["blocking_queues"], 0);
+}
+
+#[test]
+fn queue_counts_follow_stomp_traffic() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    for i in 0..5 {
+        producer.send_receipted("/queue/orders", &format!("m{i}"), &[], &format!("r{i}"));
+    }
+    let q = api.json("/api/queues/orders");
+    assert_eq!(q["messages"]["ready"], 5);
+    assert_eq!(q["messages"]["in_memory"], 5);
+    assert_eq!(q["totals"]["enqueued"], 5);
+    assert_eq!(q["consumers"], 0);
+
+    let mut consumer = login(&broker, "dev");
+    consumer.send_frame(
+        "SUBSCRIBE",
+        &[
+            ("id", "1"),
+            ("destination", "/queue/orders"),
+            ("ack", "client-individual"),
+            ("activemq.prefetchSize", "2"),
+            ("receipt", "sub"),
+        ],
+        b"",
+    );
+    assert_eq!(consumer.recv().unwrap().command, "RECEIPT");
+    let first = consumer.recv().expect("a message");
+    let second = consumer.recv().expect("a message");
+    consumer.ack_receipted(&first, "a1");
+    // The acknowledgement opens the window: a third message may come before the receipt.
+    while consumer.recv().expect("frames").command != "RECEIPT" {}
+    let id = second.header("ack").unwrap().to_owned();
+    consumer.send_frame("NACK", &[("id", &id), ("receipt", "n1")], b"");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let q = loop {
+        let q = api.json("/api/queues/orders");
+        let settled = q["totals"]["redelivered"] == 1 && q["messages"]["in_flight"] == 2;
+        if settled || Instant::now() > deadline {
+            break q;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(q["totals"]["acked"], 1);
+    assert_eq!(q["totals"]["redelivered"], 1);
+    assert_eq!(q["consumers"], 1);
+    // One acked, the rest ready or in flight to the consumer (its window of two).
+    let m = &q["messages"];
+    assert_eq!(
+        m["ready"].as_u64().unwrap() + m["in_flight"].as_u64().unwrap(),
+        4,
+        "{q}"
+    );
+    assert_eq!(m["in_flight"], 2, "{q}");
+
+    let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+    assert!(metrics.contains("weir_queue_enqueued_messages_total{queue=\"orders\"} 5"));
+    assert!(metrics.contains("weir_queue_acked_messages_total{queue=\"orders\"} 1"));
+    assert!(metrics.contains("weir_queue_consumers{queue=\"orders\"} 1"));
+}
+
+#[test]
+fn queue_lists_page_and_filter() {
+    let (_dir, _broker, api) = start(Some(CONFIG));
+    for name in ["a.1", "a.2", "a.3", "b.1", "a.4"] {
+        let r = api.call("PUT", &format!("/api/queues/{name}"), Some("admin"));
+        assert_eq!(r.status(), StatusCode::CREATED, "{name}");
+    }
+    let page = api.json("/api/queues?name=a.&offset=1&limit=2");
+    assert_eq!(page["total"], 4);
+    let names: Vec<&str> = page["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a.2", "a.3"]);
+    assert_eq!(api.json("/api/queues")["total"], 5);
+    for bad in ["limit=abc", "limit=0", "offset=x", "sort=name"] {
+        let message = assert_error(
+            api.get(&format!("/api/queues?{bad}"), Some("admin")),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+        let key = bad.split('=').next().unwrap();
+        assert!(message.contains(key), "{message}");
+    }
+}
+
+#[test]
+fn unknown_queues_and_paths_are_404() {
+    let (_dir, _broker, api) = start(Some(CONFIG));
+    assert_error(
+        api.get("/api/queues/nope", Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    for (method, path) in [
+        ("DELETE", "/api/queues/nope"),
+        ("POST", "/api/queues/nope/purge"),
+        ("POST", "/api/queues/nope/pause"),
+    ] {
+        assert_error(
+            api.call(method, path, Some("admin")),
+            StatusCode::NOT_FOUND,
+            "not_found",
+        );
+    }
+    assert_error(
+        api.get("/api/nothing", Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[test]
+fn queues_are_created_purged_and_deleted_by_managers_only() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    assert_error(
+        api.call("PUT", "/api/queues/jobs", Some("auditor")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        api.call("PUT", "/api/queues/jobs", None),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_eq!(
+        api.call("PUT", "/api/queues/jobs", Some("admin")).status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        api.call("PUT", "/api/queues/jobs", Some("admin")).status(),
+        StatusCode::OK
+    );
+    let mut producer = login(&broker, "dev");
+    for i in 0..3 {
+        producer.send_receipted("/queue/jobs", "x", &[], &format!("r{i}"));
+    }
+    assert_error(
+        api.call("POST", "/api/queues/jobs/purge", Some("auditor")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    let r = api.call("POST", "/api/queues/jobs/purge", Some("admin"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().unwrap()["removed"], 3);
+    assert_eq!(api.json("/api/queues/jobs")["messages"]["ready"], 0);
+
+    // Not while a consumer is attached.
+    let mut consumer = login(&broker, "dev");
+    consumer.subscribe("1", "/queue/jobs", "auto");
+    let message = assert_error(
+        api.call("DELETE", "/api/queues/jobs", Some("admin")),
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    assert!(message.contains("consumer"), "{message}");
+    drop(consumer);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.json("/api/queues/jobs")["consumers"] != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_error(
+        api.call("DELETE", "/api/queues/jobs", Some("auditor")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_eq!(
+        api.call("DELETE", "/api/queues/jobs", Some("admin"))
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_error(
+        api.get("/api/queues/jobs", Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+#[test]
+fn a_paused_queue_keeps_its_messages_until_resumed() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut consumer = login(&broker, "dev");
+    consumer.subscribe("1", "/queue/work", "auto");
+    let r = api.call("POST", "/api/queues/work/pause", Some("admin"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.json::<Value>().unwrap()["paused"], true);
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted("/queue/work", "held", &[], "r1");
+    assert!(consumer.recv_timeout(Duration::from_millis(300)).is_none());
+    assert_eq!(api.json("/api/queues/work")["messages"]["ready"], 1);
+    let r = api.call("POST", "/api/queues/work/resume", Some("admin"));
+    assert_eq!(r.json::<Value>().unwrap()["paused"], false);
+    let got = consumer.recv().expect("delivered after resume");
+    assert_eq!(got.body_text(), "held");
+}
+
+#[test]
+fn anonymous_callers_are_served_where_the_broker_allows_them() {
+    let (_dir, _broker, api) = start(None);
+    assert_eq!(api.get("/api/broker", None).status(), StatusCode::OK);
+    assert_eq!(
+        api.call("PUT", "/api/queues/open", None).status(),
+        StatusCode::CREATED
+    );
+}
+
+#[test]
+fn anonymous_access_beyond_loopback_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--stomp")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--amqp")
+        .arg("off")
+        .arg("--http")
+        .arg(format!("0.0.0.0:{}", free_port()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(http)") && stderr.contains("allow_anonymous"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut client = Stomp::connect(
+        broker.stomp,
+        &[
+            ("login", "dev"),
+            ("passcode", "pw"),
+            ("client-id", "worker-7"),
+        ],
+    );
+    assert_eq!(client.connected.command, "CONNECTED");
+    let r = api.get("/api/connections", Some("auditor"));
+    assert_eq!(r.status(), StatusCode::OK);
+    let list: Value = r.json().unwrap();
+    let ours = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == "worker-7")
+        .expect("the STOMP connection is listed")
+        .clone();
+    assert_eq!(ours["protocol"], "stomp");
+    assert_eq!(ours["version"], "1.2");
+    assert_eq!(ours["user"], "dev");
+    assert_eq!(ours["tls"], false);
+    let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+    assert!(metrics.contains("weir_connections{protocol=\"stomp\",tls=\"false\"} 1"));
+
+    let path = format!("/api/connections/{}", ours["id"]);
+    assert_error(
+        api.call("DELETE", &path, Some("auditor")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        api.call("DELETE", "/api/connections/abc", Some("admin")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    assert_eq!(
+        api.call("DELETE", &path, Some("admin")).status(),
+        StatusCode::ACCEPTED
+    );
+    let goodbye = client.recv().expect("an ERROR frame before the close");
+    assert_eq!(goodbye.command, "ERROR");
+    assert!(goodbye.header("message").unwrap().contains("management"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !api.json("/api/connections").as_array().unwrap().is_empty() && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(api.json("/api/connections"), serde_json::json!([]));
+    assert_error(
+        api.call("DELETE", &path, Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
