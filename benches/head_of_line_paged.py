@@ -63,7 +63,7 @@ def run(binary, depth):
         port = free_port()
         broker = subprocess.Popen(
             [binary, "serve", "--config", config, "--data-dir", os.path.join(d, "data"),
-             "--stomp", f"127.0.0.1:{port}", "--amqp", "off", "--log", "warn"])
+             "--stomp", f"127.0.0.1:{port}", "--amqp", "off", "--http", "off", "--log", "warn"])
         try:
             for _ in range(100):
                 try:

@@ -52,7 +52,7 @@ start_weir() {
   local dir=$1 port amqp
   mkdir -p "$dir"
   port=$(free_port); amqp=$(free_port)
-  "$WEIR" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --log warn \
+  "$WEIR" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --http off --log warn \
     >"$dir/broker.log" 2>&1 &
   register weir "$port" $! 30 || return 1
   AMQP_URL[weir]="amqp://127.0.0.1:$amqp"
