@@ -473,3 +473,199 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
         "not_found",
     );
 }
+
+/// The live schedule: an auditor lists and charts delayed messages, a manager cancels,
+/// reschedules and edits them before they are due, and a STOMP consumer sees exactly
+/// that: the cancelled one never, the rescheduled ones at their new times, the edited
+/// one edited.
+#[test]
+fn the_schedule_is_listed_and_edited_live() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    for body in ["cancel-me", "now", "edit-me", "soon"] {
+        producer.send_receipted(
+            "/queue/later",
+            body,
+            &[("AMQ_SCHEDULED_DELAY", "3000")],
+            body,
+        );
+    }
+    let listed = api.get("/api/schedule?queue=later&preview=64", Some("auditor"));
+    assert_eq!(listed.status(), StatusCode::OK);
+    let page: Value = listed.json().unwrap();
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{page}");
+    let id_of = |body: &str| -> String {
+        let item = items
+            .iter()
+            .find(|i| i["body_preview"] == body)
+            .unwrap_or_else(|| panic!("{body} listed: {page}"));
+        assert_eq!(item["queue"], "later");
+        item["id"].as_str().unwrap().to_owned()
+    };
+    let (cancel, now, edit, soon) = (
+        id_of("cancel-me"),
+        id_of("now"),
+        id_of("edit-me"),
+        id_of("soon"),
+    );
+    // Paged: two and two, each once.
+    let first: Value = api.json("/api/schedule?queue=later&limit=2");
+    let cursor = first["next"].as_str().expect("a next page").to_owned();
+    let second: Value = api.json(&format!(
+        "/api/schedule?queue=later&limit=2&cursor={cursor}"
+    ));
+    assert_eq!(first["items"].as_array().unwrap().len(), 2);
+    assert_eq!(second["items"].as_array().unwrap().len(), 2);
+    assert!(second["next"].is_null(), "{second}");
+    // The chart: all four fall due within the next ten seconds.
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let chart = api.json(&format!(
+        "/api/schedule/timeline?queue=later&from={}&to={}&buckets=10",
+        t0 - 1000,
+        t0 + 9000
+    ));
+    let counted: u64 = chart["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 4, "{chart}");
+    let one = api.json(&format!("/api/schedule/{edit}"));
+    assert_eq!(one["body_text"], "edit-me");
+
+    // Who may: dev neither views nor changes, the auditor only views.
+    assert_error(
+        api.get("/api/schedule?queue=later", Some("dev")),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        api.call(
+            "DELETE",
+            &format!("/api/schedule/{cancel}"),
+            Some("auditor"),
+        ),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    // Bad input says what was wrong.
+    assert_error(
+        api.get("/api/schedule/not-an-id", Some("admin")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    assert_error(
+        api.get("/api/schedule/99999999999999:999:1", Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    // One whose time has passed was delivered: a conflict, not a mistake.
+    assert_error(
+        api.get("/api/schedule/1:999:1", Some("admin")),
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    assert_error(
+        api.get("/api/schedule?limit=0", Some("admin")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    assert_error(
+        api.get("/api/schedule/timeline?from=5", Some("admin")),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    let patch = |id: &str, body: &str| {
+        api.request(
+            reqwest::Method::PATCH,
+            &format!("/api/schedule/{id}"),
+            Some("admin"),
+        )
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .unwrap()
+    };
+    let reschedule = |id: &str, body: &str| {
+        api.request(
+            reqwest::Method::POST,
+            &format!("/api/schedule/{id}/reschedule"),
+            Some("admin"),
+        )
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .unwrap()
+    };
+    assert_error(patch(&edit, "{}"), StatusCode::BAD_REQUEST, "bad_request");
+    assert_error(
+        patch(&edit, "{\"colour\": 1}"),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+    assert_error(
+        reschedule(&soon, "{\"due_ms\": 1, \"delay_ms\": 1}"),
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+    );
+
+    // The changes.
+    let r = api.call("DELETE", &format!("/api/schedule/{cancel}"), Some("admin"));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_error(
+        api.call("DELETE", &format!("/api/schedule/{cancel}"), Some("admin")),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let r = patch(
+        &edit,
+        r#"{"body": "edited", "properties": [{"name": "k", "value": {"type": "string", "value": "v"}}]}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = reschedule(&now, "{\"delay_ms\": 0}");
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = reschedule(&soon, "{\"delay_ms\": 600}");
+    assert_eq!(r.status(), StatusCode::OK);
+    let moved: Value = r.json().unwrap();
+    assert_ne!(moved["id"], soon.as_str(), "a new due time is a new id");
+
+    let mut consumer = login(&broker, "dev");
+    consumer.subscribe("later", "/queue/later", "auto");
+    let started = Instant::now();
+    let next = |consumer: &mut Stomp| {
+        let f = consumer
+            .recv_timeout(Duration::from_secs(6))
+            .expect("a delayed message");
+        assert_eq!(f.command, "MESSAGE", "{f:?}");
+        (
+            f.body_text(),
+            f.header("k").map(str::to_owned),
+            started.elapsed(),
+        )
+    };
+    let (body, _, at) = next(&mut consumer);
+    assert_eq!(body, "now");
+    assert!(
+        at < Duration::from_millis(500),
+        "rescheduled to now, came after {at:?}"
+    );
+    let (body, _, at) = next(&mut consumer);
+    assert_eq!(body, "soon");
+    assert!(
+        at < Duration::from_millis(2000),
+        "rescheduled to 600 ms, came after {at:?}"
+    );
+    let (body, header, _) = next(&mut consumer);
+    assert_eq!((body.as_str(), header.as_deref()), ("edited", Some("v")));
+    assert!(
+        consumer.recv_timeout(Duration::from_millis(800)).is_none(),
+        "the cancelled message never comes"
+    );
+    let left: Value = api.json("/api/schedule?queue=later");
+    assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
+}

@@ -11,6 +11,7 @@ use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
 use super::receipt::Receipt;
+use super::schedule::Schedule;
 use super::security::{Authenticator, Authorizer, Principal};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
@@ -92,6 +93,8 @@ struct Inner {
     next_queue_id: AtomicU32,
     next_consumer_id: AtomicU64,
     scheduler: RwLock<Option<Arc<dyn DelayedDelivery>>>,
+    /// The same schedule as `scheduler`, for management (list and edit it).
+    schedule: std::sync::OnceLock<Arc<Schedule>>,
     /// The broker-wide memory budget every queue charges besides its own.
     memory: Arc<Budget>,
     /// Whether any queue was created with the BLOCK policy: until one is,
@@ -172,6 +175,7 @@ impl Broker {
             next_queue_id: AtomicU32::new(1),
             next_consumer_id: AtomicU64::new(1),
             scheduler: RwLock::new(None),
+            schedule: std::sync::OnceLock::new(),
             memory: Arc::new(Budget::new(options.global_max_size)),
             has_block_queues: AtomicBool::new(false),
             connections: Arc::default(),
@@ -232,6 +236,17 @@ impl Broker {
     /// Installs the delay schedule (done once at start).
     pub fn set_scheduler(&self, scheduler: Arc<dyn DelayedDelivery>) {
         *self.inner.scheduler.write() = Some(scheduler);
+    }
+
+    /// Installs the delay schedule, and keeps it for management to list and edit.
+    pub fn set_schedule(&self, schedule: Arc<Schedule>) {
+        self.set_scheduler(schedule.clone());
+        let _ = self.inner.schedule.set(schedule);
+    }
+
+    /// The delay schedule, once installed with [`Broker::set_schedule`].
+    pub fn schedule(&self) -> Option<&Arc<Schedule>> {
+        self.inner.schedule.get()
     }
 
     pub fn queue(&self, name: &str) -> Option<Arc<Queue>> {

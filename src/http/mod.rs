@@ -15,6 +15,7 @@ mod error;
 mod health;
 mod metrics;
 mod queues;
+mod schedule;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -23,7 +24,7 @@ pub use auth::ConnInfo;
 pub use state::{ListenerInfo, Management};
 
 use axum::http::header;
-use axum::routing::{delete, get, post, put, MethodRouter};
+use axum::routing::{delete, get, patch, post, put, MethodRouter};
 use axum::Router;
 use std::sync::Arc;
 
@@ -49,6 +50,16 @@ fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
         ("POST", "/api/queues/{name}/purge", post(queues::purge)),
         ("POST", "/api/queues/{name}/pause", post(queues::pause)),
         ("POST", "/api/queues/{name}/resume", post(queues::resume)),
+        ("GET", "/api/schedule", get(schedule::list)),
+        ("GET", "/api/schedule/timeline", get(schedule::timeline)),
+        ("GET", "/api/schedule/{id}", get(schedule::view)),
+        ("DELETE", "/api/schedule/{id}", delete(schedule::cancel)),
+        ("PATCH", "/api/schedule/{id}", patch(schedule::edit)),
+        (
+            "POST",
+            "/api/schedule/{id}/reschedule",
+            post(schedule::reschedule),
+        ),
         ("GET", "/api/connections", get(connections::list)),
         (
             "DELETE",

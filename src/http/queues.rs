@@ -165,7 +165,7 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
     Ok(q)
 }
 
-fn number(key: &str, value: &str, min: usize, max: usize) -> Result<usize, ApiError> {
+pub(super) fn number(key: &str, value: &str, min: usize, max: usize) -> Result<usize, ApiError> {
     match value.parse::<usize>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
         _ if max == usize::MAX => Err(ApiError::BadRequest(format!(
@@ -178,7 +178,7 @@ fn number(key: &str, value: &str, min: usize, max: usize) -> Result<usize, ApiEr
 }
 
 /// `%XX` escapes and `+` for space, as browsers and curl encode a query.
-fn percent_decode(text: &str) -> Option<String> {
+pub(super) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

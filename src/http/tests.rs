@@ -21,7 +21,10 @@ fn broker() -> (tempfile::TempDir, Broker) {
     let dir = tempfile::tempdir().unwrap();
     let store = crate::store::Store::open(dir.path(), Default::default()).unwrap();
     let options = BrokerOptions::with_queue_settings(QueueSettings::default());
-    (dir, Broker::open(store, options).unwrap())
+    let broker = Broker::open(store, options).unwrap();
+    let schedule = crate::core::schedule::Schedule::open(&broker, Default::default()).unwrap();
+    broker.set_schedule(schedule);
+    (dir, broker)
 }
 
 #[tokio::test]

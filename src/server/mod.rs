@@ -151,7 +151,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
                 .collect(),
         },
     )?;
-    broker.set_scheduler(Schedule::open(&broker, ScheduleOptions::default())?);
+    broker.set_schedule(Schedule::open(&broker, ScheduleOptions::default())?);
     Ok(broker)
 }
 
