@@ -155,11 +155,23 @@ fn a_deep_window_on_large_paged_messages_keeps_memory_bounded() {
 fn fail_refuses_sends_with_a_stomp_error() {
     let (_dir, broker) = start();
     let mut producer = broker.client();
+    // One send at a time, each answered: after its ERROR the broker closes the
+    // connection, and writing on into a closed socket would fail the client first.
+    let mut answer = None;
     for i in 0..40 {
-        producer.send("failing.stomp", &body(i, 16 * 1024), &[]);
+        let receipt = format!("r{i}");
+        producer.send(
+            "failing.stomp",
+            &body(i, 16 * 1024),
+            &[("receipt", &receipt)],
+        );
+        let f = producer.recv().expect("an answer");
+        if f.command != "RECEIPT" {
+            answer = Some(f);
+            break;
+        }
     }
-    producer.send("failing.stomp", "last", &[("receipt", "r")]);
-    let f = producer.recv().expect("an answer");
+    let f = answer.expect("refused before 40 x 16 KiB went into a 64 KiB queue");
     assert_eq!(f.command, "ERROR", "{f:?}");
     let message = f.header("message").unwrap_or_default();
     assert!(message.contains("max_size_bytes"), "{message}");
