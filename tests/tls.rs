@@ -174,6 +174,8 @@ struct Broker {
     amqps: SocketAddr,
     /// TLS carrying both protocols, told apart inside TLS.
     both_tls: SocketAddr,
+    /// The management API (HTTPS with `[http] tls = true`).
+    http: SocketAddr,
 }
 
 impl Broker {
@@ -191,7 +193,8 @@ impl Broker {
     fn try_start(extra: &str) -> Option<Broker> {
         let data = tempfile::tempdir().unwrap();
         let addr = |port: u16| -> SocketAddr { format!("127.0.0.1:{port}").parse().unwrap() };
-        let (stomp, amqp, stomp_tls, amqps, both_tls) = (
+        let (stomp, amqp, stomp_tls, amqps, both_tls, http) = (
+            addr(free_port()),
             addr(free_port()),
             addr(free_port()),
             addr(free_port()),
@@ -221,7 +224,7 @@ impl Broker {
             .arg("--config")
             .arg(&config_path)
             .arg("--http")
-            .arg("off")
+            .arg(http.to_string())
             .arg("--log")
             .arg("info,weir=debug")
             .env("NO_COLOR", "1")
@@ -238,8 +241,9 @@ impl Broker {
             stomp_tls,
             amqps,
             both_tls,
+            http,
         };
-        let mut ports = vec![stomp, amqp];
+        let mut ports = vec![stomp, amqp, http];
         if tls {
             ports.extend([stomp_tls, amqps, both_tls]);
         }
@@ -754,4 +758,44 @@ fn a_bad_certificate_or_key_stops_the_start_with_one_line() {
         assert_eq!(lines.len(), 1, "{stderr}");
         assert!(lines[0].contains(named), "{named}: {stderr}");
     }
+}
+
+/// The management API on HTTPS with the broker's certificate: a client trusting the
+/// broker's CA is served and logs in; plain HTTP on that port gets no answer.
+#[test]
+fn the_management_api_is_served_over_https() {
+    let pki = Pki::new();
+    let broker = Broker::start(&format!(
+        "{USERS}{}[http]\ntls = true\n",
+        pki.tls_section("none")
+    ));
+    let ca = reqwest::Certificate::from_pem(pki.server_ca.pem().as_bytes()).unwrap();
+    let client = reqwest::blocking::Client::builder()
+        .add_root_certificate(ca)
+        .timeout(WAIT)
+        .build()
+        .unwrap();
+    let base = format!("https://{}", broker.http);
+    let live = client.get(format!("{base}/health/live")).send().unwrap();
+    assert_eq!(live.status(), reqwest::StatusCode::OK);
+    let described = client
+        .get(format!("{base}/api/broker"))
+        .basic_auth("alice", Some("wonderland"))
+        .send()
+        .unwrap();
+    assert_eq!(described.status(), reqwest::StatusCode::OK);
+    let refused = client
+        .get(format!("{base}/api/broker"))
+        .basic_auth("alice", Some("looking-glass"))
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let plain = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    assert!(plain
+        .get(format!("http://{}/health/live", broker.http))
+        .send()
+        .is_err());
 }
