@@ -24,24 +24,44 @@ function propertyText(p) {
   return `${p.name}=${v && typeof v === 'object' && 'value' in v ? JSON.stringify(v.value) : JSON.stringify(v)}`;
 }
 
-/** An array of objects as a table, its columns the keys; for endpoints still settling. */
-function genericTable(rows, action) {
-  if (!rows.length) return html`<p class="muted">None.</p>`;
-  const keys = [...new Set(rows.flatMap(r => Object.keys(r)))];
-  const cell = (k, v) => {
-    if (v === null || v === undefined) return '–';
-    if (k.endsWith('_ms') && v > 1e12) return time(v);
-    return typeof v === 'object' ? JSON.stringify(v) : String(v);
-  };
-  return html`<table><thead><tr>${keys.map(k => html`<th>${k.replace(/_/g, ' ')}</th>`)}${action ? html`<th></th>` : ''}</tr></thead>
-    <tbody>${rows.map(r => html`<tr>${keys.map(k => html`<td>${cell(k, r[k])}</td>`)}${action ? html`<td>${action(r)}</td>` : ''}</tr>`)}</tbody></table>`;
+/** The client connection behind a consumer, linked to the connections page. */
+function connection(c) {
+  if (!c) return html`<span class="muted">–</span>`;
+  return html`<a href="#/connections" title="connection ${c.id}">${c.protocol} ${c.version}</a>
+    <span class="mono muted">${c.peer}</span>${c.tls ? html` <span class="badge ok">TLS</span>` : ''}`;
 }
 
-/** The list an endpoint answered: the array itself, or the one array in its object. */
-function listOf(data) {
-  if (Array.isArray(data)) return data;
-  const arrays = Object.values(data ?? {}).filter(Array.isArray);
-  return arrays[0] ?? [];
+function groupsTable(answer) {
+  const groups = answer.groups ?? [];
+  if (!groups.length) return html`<p class="muted">No group is owned by a consumer now.</p>`;
+  return html`<table><thead><tr><th>Group</th><th>Owner</th><th>Connection</th><th class="num">Unacked</th>
+      <th class="num">Ready</th><th>Owned since</th><th></th></tr></thead>
+    <tbody>${groups.map(g => html`<tr data-group="${g.group}">
+      <td class="mono">${g.group}</td>
+      <td>${g.consumer === null || g.consumer === undefined ? html`<span class="muted">none</span>` : html`consumer ${g.consumer}`}</td>
+      <td>${connection(g.connection)}</td>
+      <td class="num">${num(g.unacked)}</td>
+      <td class="num">${num(g.ready)}</td>
+      <td>${time(g.owned_since_ms)}</td>
+      <td><button class="small" data-reset="${g.group}">Reset</button></td>
+    </tr>`)}</tbody></table>
+    ${answer.buckets ? html`<p class="muted">This queue hashes groups into buckets: each row is a bucket.</p>` : ''}`;
+}
+
+function consumersTable(consumers) {
+  if (!consumers.length) return html`<p class="muted">No consumer.</p>`;
+  return html`<table><thead><tr><th>Id</th><th>Connection</th><th>User</th><th>Client id</th><th class="num">Credit</th>
+      <th class="num">In flight</th><th>Selector</th><th class="num">Groups</th></tr></thead>
+    <tbody>${consumers.map(c => html`<tr>
+      <td class="mono">${c.id}${c.browser ? html` <span class="badge">browser</span>` : ''}</td>
+      <td>${connection(c.connection)}</td>
+      <td>${c.user ?? html`<span class="muted">anonymous</span>`}</td>
+      <td class="mono">${c.client_id ?? ''}</td>
+      <td class="num">${num(c.credit)}${c.window ? html` <span class="muted">of ${num(c.window)}</span>` : ''}</td>
+      <td class="num">${num(c.in_flight)} <span class="muted">(${bytes(c.in_flight_bytes)})</span></td>
+      <td class="mono">${c.selector ?? ''}</td>
+      <td class="num">${num(c.groups)}</td>
+    </tr>`)}</tbody></table>`;
 }
 
 export function mount(page, params, name) {
@@ -161,19 +181,17 @@ export function mount(page, params, name) {
     }
   };
 
-  const loadList = async (path, target, action) => {
+  const loadList = async (path, target, draw) => {
     try {
-      render($(target), genericTable(listOf(await get(path)), action));
+      render($(target), draw(await get(path)));
     } catch (e) {
       render($(target), notServed(e)
         ? html`<p class="muted">This broker does not serve this list.</p>`
         : html`<p class="error">${e.message}</p>`);
     }
   };
-  const groupKey = g => g.group ?? g.group_id ?? g.name;
-  const loadGroups = () => loadList(`${base}/groups`, '#groups',
-    g => (groupKey(g) !== undefined ? html`<button class="small" data-reset="${groupKey(g)}">Reset</button>` : ''));
-  const loadConsumers = () => loadList(`${base}/consumers`, '#consumers');
+  const loadGroups = () => loadList(`${base}/groups`, '#groups', groupsTable);
+  const loadConsumers = () => loadList(`${base}/consumers`, '#consumers', consumersTable);
 
   const selected = () => [...page.querySelectorAll('.pick:checked')].map(b => Number(b.value));
   const target = () => $('#target').value.trim();
@@ -259,7 +277,7 @@ export function mount(page, params, name) {
       await act(() => del(`${base}/groups/${seg(button.dataset.reset)}`), `Group ${button.dataset.reset} is reset.`);
       loadGroups();
     } else if (button.id === 'reset-groups') {
-      await act(() => del(`${base}/groups`), 'Every group is reset.');
+      await act(() => del(`${base}/groups`), r => `${r.reset} group(s) reset.`);
       loadGroups();
     }
   });
@@ -279,5 +297,6 @@ export function mount(page, params, name) {
   loadGroups();
   loadConsumers();
   const timer = setInterval(refresh, 2000);
-  return () => { clearInterval(timer); unsubscribe(); };
+  const owners = setInterval(() => { loadGroups(); loadConsumers(); }, 5000);
+  return () => { clearInterval(timer); clearInterval(owners); unsubscribe(); };
 }
