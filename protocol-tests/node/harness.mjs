@@ -42,10 +42,12 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 export class Broker {
   // `extraConfig`: TOML appended to the config; `waitPorts`: more ports to wait for (extra
-  // listeners it declares).
-  constructor({ extraConfig = '', waitPorts = [] } = {}) {
+  // listeners it declares); `http`: serve the management listener on a free port
+  // (`this.httpPort`) instead of none.
+  constructor({ extraConfig = '', waitPorts = [], http = false } = {}) {
     this.extraConfig = extraConfig;
     this.waitPorts = waitPorts;
+    this.http = http;
   }
 
   async start() {
@@ -64,14 +66,15 @@ export class Broker {
     ].join('\n'));
     this.port = await freePort();
     this.amqpPort = await freePort();
+    this.httpPort = this.http ? await freePort() : null;
     this.logPath = join(this.dir, 'weir.log');
     const { openSync } = await import('node:fs');
     const log = openSync(this.logPath, 'a');
     this.proc = spawn(this.bin, [
       'serve', '--config', config, '--data-dir', dataDir,
       '--stomp', `127.0.0.1:${this.port}`, '--amqp', `127.0.0.1:${this.amqpPort}`,
-      // Off: brokers of parallel suites would contend for the default port.
-      '--http', 'off',
+      // Never the default port: brokers of parallel suites would contend for it.
+      '--http', this.http ? `127.0.0.1:${this.httpPort}` : 'off',
       '--log', process.env.WEIR_LOG ?? 'info',
     ], { stdio: ['ignore', log, log] });
     let exited = null;
@@ -79,7 +82,8 @@ export class Broker {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`broker exited (${exited}) early:\n${this.logTail()}`);
-      if (await canConnect(this.port) && (await Promise.all(this.waitPorts.map(canConnect))).every(Boolean)) {
+      const more = this.http ? [...this.waitPorts, this.httpPort] : this.waitPorts;
+      if (await canConnect(this.port) && (await Promise.all(more.map(canConnect))).every(Boolean)) {
         return this;
       }
       await sleep(50);

@@ -11,6 +11,7 @@
 mod auth;
 mod broker_info;
 mod connections;
+mod console;
 mod error;
 mod health;
 mod metrics;
@@ -35,7 +36,8 @@ const OPENAPI: &str = include_str!("openapi.json");
 type Shared = Arc<Management>;
 
 /// Every route the API serves: method, path, handler. The router is built from this
-/// table, and the OpenAPI test reads the same table.
+/// table, and the OpenAPI test reads the same table. The web console's pages under
+/// `/console/` are not API and not in this table (see [`console`]).
 fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
     vec![
         ("GET", "/health/live", get(health::live)),
@@ -75,6 +77,7 @@ pub fn router(management: Shared) -> Router {
         .fold(Router::new(), |router, (_, path, handler)| {
             router.route(path, handler)
         })
+        .merge(console::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(management)
