@@ -18,6 +18,7 @@ pub mod names;
 pub mod persist;
 pub mod properties;
 pub mod queue;
+pub mod queue_record;
 pub mod receipt;
 pub mod schedule;
 pub mod security;

@@ -15,6 +15,7 @@ mod console;
 mod error;
 mod health;
 mod metrics;
+mod queue_settings;
 mod queues;
 mod schedule;
 mod state;
@@ -49,6 +50,7 @@ fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
         ("GET", "/api/queues/{name}", get(queues::detail)),
         ("PUT", "/api/queues/{name}", put(queues::create)),
         ("DELETE", "/api/queues/{name}", delete(queues::delete)),
+        ("PATCH", "/api/queues/{name}", patch(queue_settings::change)),
         ("POST", "/api/queues/{name}/purge", post(queues::purge)),
         ("POST", "/api/queues/{name}/pause", post(queues::pause)),
         ("POST", "/api/queues/{name}/resume", post(queues::resume)),

@@ -101,7 +101,7 @@ async fn every_route_answers_and_others_are_json_404_or_405() {
     assert_eq!(status(&router, "GET", "/nope").await, StatusCode::NOT_FOUND);
     assert_eq!(status(&router, "GET", "/console/").await, StatusCode::OK);
     assert_eq!(
-        status(&router, "PATCH", "/api/queues/q").await,
+        status(&router, "POST", "/api/queues/q").await,
         StatusCode::METHOD_NOT_ALLOWED
     );
 }

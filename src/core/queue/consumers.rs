@@ -168,14 +168,27 @@ impl Consumers {
             self.active -= 1;
         }
         if self.exclusive == Some(id) {
-            self.exclusive = self
-                .order
-                .values()
-                .map(|&i| self.slot(i))
-                .find(|s| !s.is_browser())
-                .map(|s| s.id);
+            self.exclusive = self.first_active();
         }
         true
+    }
+
+    /// The consumer with the highest priority, the earliest among equals.
+    fn first_active(&self) -> Option<ConsumerId> {
+        self.order
+            .values()
+            .map(|&i| self.slot(i))
+            .find(|s| !s.is_browser())
+            .map(|s| s.id)
+    }
+
+    /// The queue became exclusive (the consumer an exclusive queue would move to
+    /// now takes it) or stopped being exclusive (every consumer receives again).
+    pub fn set_exclusive(&mut self, exclusive_queue: bool) {
+        self.exclusive = match exclusive_queue {
+            true => self.exclusive.or_else(|| self.first_active()),
+            false => None,
+        };
     }
 
     /// Whether `id` may be given messages now (an exclusive queue gives them
