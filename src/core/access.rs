@@ -152,6 +152,17 @@ impl Broker {
     }
 }
 
+/// Tells the subscription's queue who attached its consumer, for management.
+fn described(sub: Subscription, who: &Principal) -> Subscription {
+    let owner = ConsumerOwner {
+        user: who.user().map(str::to_owned),
+        client_id: who.client_id().map(str::to_owned),
+        peer: who.peer(),
+    };
+    sub.queue().describe_consumer(sub.consumer(), owner);
+    sub
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,15 +249,4 @@ mod tests {
             .subscribe_named_as("news", "v", false, options(), sink, &alice)
             .unwrap();
     }
-}
-
-/// Tells the subscription's queue who attached its consumer, for management.
-fn described(sub: Subscription, who: &Principal) -> Subscription {
-    let owner = ConsumerOwner {
-        user: who.user().map(str::to_owned),
-        client_id: who.client_id().map(str::to_owned),
-        peer: who.peer(),
-    };
-    sub.queue().describe_consumer(sub.consumer(), owner);
-    sub
 }
