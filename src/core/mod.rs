@@ -14,6 +14,7 @@ pub mod grouping;
 pub mod manage;
 pub mod memory;
 pub mod message;
+pub mod message_ops;
 pub mod names;
 pub mod persist;
 pub mod properties;

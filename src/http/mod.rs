@@ -13,7 +13,9 @@ mod broker_info;
 mod connections;
 mod console;
 mod error;
+mod groups;
 mod health;
+mod messages;
 mod metrics;
 mod queue_settings;
 mod queues;
@@ -54,6 +56,44 @@ fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
         ("POST", "/api/queues/{name}/purge", post(queues::purge)),
         ("POST", "/api/queues/{name}/pause", post(queues::pause)),
         ("POST", "/api/queues/{name}/resume", post(queues::resume)),
+        ("GET", "/api/queues/{name}/messages", get(messages::browse)),
+        ("POST", "/api/queues/{name}/messages", post(messages::send)),
+        (
+            "GET",
+            "/api/queues/{name}/messages/{id}",
+            get(messages::view),
+        ),
+        (
+            "DELETE",
+            "/api/queues/{name}/messages/{id}",
+            delete(messages::delete),
+        ),
+        (
+            "POST",
+            "/api/queues/{name}/messages/move",
+            post(messages::move_to),
+        ),
+        (
+            "POST",
+            "/api/queues/{name}/messages/copy",
+            post(messages::copy_to),
+        ),
+        ("GET", "/api/queues/{name}/groups", get(groups::list)),
+        (
+            "DELETE",
+            "/api/queues/{name}/groups",
+            delete(groups::reset_all),
+        ),
+        (
+            "DELETE",
+            "/api/queues/{name}/groups/{group}",
+            delete(groups::reset),
+        ),
+        (
+            "GET",
+            "/api/queues/{name}/consumers",
+            get(groups::consumers),
+        ),
         ("GET", "/api/schedule", get(schedule::list)),
         ("GET", "/api/schedule/timeline", get(schedule::timeline)),
         ("GET", "/api/schedule/{id}", get(schedule::view)),

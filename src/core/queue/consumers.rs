@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
+pub use crate::core::consumer::ConsumerOwner;
+
 pub struct Slot {
     pub id: ConsumerId,
     pub sink: DeliverySink,
@@ -35,6 +37,8 @@ pub struct Slot {
     /// cannot expire) it was found not to match, so a consumer starved for
     /// many passes does not read them again each pass.
     pub passed_heads: FastSet<u64>,
+    /// Who attached it, for management; set after it is added.
+    pub owner: Option<Arc<ConsumerOwner>>,
 }
 
 impl Slot {
@@ -267,6 +271,7 @@ mod tests {
             in_flight_bytes: 0,
             scanned_to: 0,
             passed_heads: FastSet::default(),
+            owner: None,
         }
     }
 

@@ -15,8 +15,10 @@ mod dispatch;
 mod effects;
 mod flow;
 mod gate;
+mod inspect;
 #[cfg(test)]
 mod model;
+mod overview;
 mod pending_acks;
 mod priority_fifo;
 pub mod ready;
@@ -26,6 +28,8 @@ mod redelivery;
 mod settle;
 
 pub use counters::Totals;
+pub use inspect::{MessagePage, MessageState, QueuedMessage, Taken, Untaken};
+pub use overview::{ConsumerInfo, GroupInfo};
 pub use pending_acks::PendingAcks;
 
 use self::backlog::Backlog;
@@ -498,6 +502,7 @@ impl Queue {
                     in_flight_bytes: 0,
                     scanned_to: 0,
                     passed_heads: Default::default(),
+                    owner: None,
                 },
                 st.settings.exclusive,
             );
