@@ -28,8 +28,11 @@ def test_metrics_pass_promtool_and_count_stomp_traffic(broker, client_factory, q
     producer, consumer = client_factory(), client_factory()
     for i in range(3):
         producer.send(queue_name, f"m{i}")
+    # Two delayed ones, so the lateness histogram has samples.
+    for i in range(2):
+        producer.send(queue_name, f"d{i}", headers={"AMQ_SCHEDULED_DELAY": "200"})
     consumer.subscribe(queue_name)
-    consumer.get_n(3)
+    consumer.get_n(5)
     text = scrape(broker)
     checked = subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True
@@ -40,3 +43,5 @@ def test_metrics_pass_promtool_and_count_stomp_traffic(broker, client_factory, q
     queue = queue_name.removeprefix("/queue/")
     assert f'weir_queue_enqueued_messages_total{{queue="{queue}"}} 3' in text
     assert "weir_process_resident_memory_bytes" in text
+    assert 'weir_delayed_delivery_lateness_seconds_bucket{le="+Inf"} 2' in text
+    assert "weir_delayed_delivery_lateness_seconds_count 2" in text

@@ -12,6 +12,7 @@ use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
 use super::queue_record::QueueRecord;
 use super::receipt::Receipt;
+use super::recovery_progress::RecoveryProgress;
 use super::schedule::Schedule;
 use super::security::{Authenticator, Authorizer, Principal};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
@@ -761,7 +762,9 @@ impl Broker {
         }
         let mut loading: HashMap<u32, Loading> = HashMap::new();
         let mut stale = Vec::new();
+        let mut progress = RecoveryProgress::new(by_id.len(), store.estimate_messages());
         store.for_each_message(|key, record| {
+            progress.message_read();
             let Some(queue) = by_id.get(&key.queue) else {
                 stale.push(key);
                 return;
@@ -799,7 +802,13 @@ impl Broker {
                 queue.recover(l.in_memory, l.backlog, l.next_seq);
             }
         }
-        tracing::info!(queues = by_id.len(), messages = total, "recovered");
+        tracing::info!(
+            queues = by_id.len(),
+            messages = total,
+            read = progress.messages(),
+            seconds = progress.elapsed().as_secs_f64(),
+            "recovered"
+        );
         Ok(())
     }
 }

@@ -21,6 +21,7 @@ pub mod properties;
 pub mod queue;
 pub mod queue_record;
 pub mod receipt;
+mod recovery_progress;
 pub mod schedule;
 pub mod security;
 pub mod selector;

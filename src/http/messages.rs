@@ -8,8 +8,7 @@
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::queues::number;
-use super::schedule::pairs;
+use super::query::{number, pairs};
 use crate::core::message::{now_ms, Message, Value};
 use crate::core::message_ops::{MessageOpError, Selection, Transfer, Transferred};
 use crate::core::queue::{MessageState, Queue, QueuedMessage};

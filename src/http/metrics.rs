@@ -131,8 +131,32 @@ fn render(m: &Management, caller: &Caller) -> String {
         );
     }
     connections(&mut out, broker);
+    if let Some(schedule) = broker.schedule() {
+        lateness(&mut out, &schedule.lateness());
+    }
     queues(&mut out, caller);
     out
+}
+
+/// How late delayed messages reached their queues (moved in minus due).
+fn lateness(out: &mut String, l: &crate::core::schedule::LatenessSnapshot) {
+    const NAME: &str = "weir_delayed_delivery_lateness_seconds";
+    let mut family = Family::new(
+        out,
+        NAME,
+        "histogram",
+        "How late delayed messages reached their queues after their due time.",
+    );
+    let bucket = format!("{NAME}_bucket");
+    for &(bound_ms, count) in &l.cumulative {
+        let le = match bound_ms {
+            u64::MAX => "+Inf".to_owned(),
+            ms => (ms as f64 / 1000.0).to_string(),
+        };
+        family.sample(&bucket, &[("le", &le)], count);
+    }
+    family.sample(&format!("{NAME}_sum"), &[], l.sum_ms as f64 / 1000.0);
+    family.sample(&format!("{NAME}_count"), &[], l.count);
 }
 
 fn connections(out: &mut String, broker: &crate::core::Broker) {
@@ -159,98 +183,117 @@ fn queues(out: &mut String, caller: &Caller) {
     names.retain(|n| caller.principal.may(n, Permission::View));
     names.sort_unstable();
     let queues: Vec<_> = names.iter().filter_map(|n| broker.queue(n)).collect();
-    let stats: Vec<_> = queues.iter().map(|q| (q.stats(), q.totals())).collect();
+    let schedule = broker.schedule();
+    let stats: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            let delayed = schedule.map_or(0, |s| s.delayed(q.id()));
+            (q.stats(), q.totals(), delayed)
+        })
+        .collect();
     gauge(
         out,
         "weir_queues",
         "Queues the caller may view.",
         queues.len(),
     );
-    type Pick = fn(&(crate::core::queue::QueueStats, crate::core::queue::Totals)) -> u64;
-    let families: [(&str, &str, &str, Pick); 14] = [
+    type Pick = fn(
+        &(
+            crate::core::queue::QueueStats,
+            crate::core::queue::Totals,
+            u64,
+        ),
+    ) -> u64;
+    let families: [(&str, &str, &str, Pick); 15] = [
         (
             "weir_queue_ready_messages",
             "gauge",
             "Messages waiting to be delivered, in memory or paged.",
-            |(s, _)| (s.ready + s.paged) as u64,
+            |(s, _, _)| (s.ready + s.paged) as u64,
         ),
         (
             "weir_queue_in_memory_messages",
             "gauge",
             "Waiting messages held in memory.",
-            |(s, _)| s.ready as u64,
+            |(s, _, _)| s.ready as u64,
         ),
         (
             "weir_queue_paged_messages",
             "gauge",
             "Waiting messages paged to disk.",
-            |(s, _)| s.paged as u64,
+            |(s, _, _)| s.paged as u64,
         ),
         (
             "weir_queue_in_flight_messages",
             "gauge",
             "Messages delivered and not yet settled.",
-            |(s, _)| s.in_flight as u64,
+            |(s, _, _)| s.in_flight as u64,
         ),
         (
             "weir_queue_redelivery_waiting_messages",
             "gauge",
             "Messages waiting out their redelivery delay.",
-            |(s, _)| s.waiting as u64,
+            |(s, _, _)| s.waiting as u64,
+        ),
+        (
+            "weir_queue_delayed_messages",
+            "gauge",
+            "Messages waiting in the delay schedule until they are due.",
+            |(_, _, delayed)| *delayed,
         ),
         (
             "weir_queue_memory_bytes",
             "gauge",
             "Bytes the queue's messages hold in memory.",
-            |(s, _)| s.memory_bytes,
+            |(s, _, _)| s.memory_bytes,
         ),
         (
             "weir_queue_consumers",
             "gauge",
             "Consumers attached to the queue.",
-            |(s, _)| s.consumers as u64,
+            |(s, _, _)| s.consumers as u64,
         ),
         (
             "weir_queue_paused",
             "gauge",
             "1 while dispatch is paused by management.",
-            |(s, _)| u64::from(s.paused),
+            |(s, _, _)| u64::from(s.paused),
         ),
         (
             "weir_queue_enqueued_messages_total",
             "counter",
             "Messages that entered the queue (a delayed one when due).",
-            |(_, t)| t.enqueued,
+            |(_, t, _)| t.enqueued,
         ),
         (
             "weir_queue_acked_messages_total",
             "counter",
             "Deliveries acknowledged.",
-            |(_, t)| t.acked,
+            |(_, t, _)| t.acked,
         ),
         (
             "weir_queue_expired_messages_total",
             "counter",
             "Messages expired.",
-            |(_, t)| t.expired,
+            |(_, t, _)| t.expired,
         ),
         (
             "weir_queue_dead_lettered_messages_total",
             "counter",
             "Messages rejected or past max_delivery_attempts.",
-            |(_, t)| t.dead_lettered,
+            |(_, t, _)| t.dead_lettered,
         ),
         (
             "weir_queue_redelivered_messages_total",
             "counter",
             "Failed deliveries returned to be delivered again.",
-            |(_, t)| t.redelivered,
+            |(_, t, _)| t.redelivered,
         ),
         (
             "weir_queue_dropped_messages_total",
             "counter",
             "Messages discarded by the DROP policy.",
-            |(s, _)| s.dropped,
+            |(s, _, _)| s.dropped,
         ),
     ];
     for (name, kind, help, pick) in families {

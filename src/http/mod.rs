@@ -17,6 +17,7 @@ mod groups;
 mod health;
 mod messages;
 mod metrics;
+mod query;
 mod queue_settings;
 mod queues;
 mod schedule;

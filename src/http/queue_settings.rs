@@ -94,5 +94,5 @@ pub async fn change(
     written.wait().await.map_err(|e| {
         ApiError::Unavailable(format!("the change applies but was not stored: {e}"))
     })?;
-    Ok(Json(QueueInfo::of(&queue)))
+    Ok(Json(QueueInfo::of(&queue, &caller.broker)))
 }

@@ -2,11 +2,13 @@
 
 use super::auth::Caller;
 use super::error::ApiError;
+use super::query::{number, pairs};
 use super::queue_settings::settings_json;
 use crate::core::manage::Created;
 use crate::core::queue::{Queue, QueueStats, Totals};
 use crate::core::security::Permission;
 use crate::core::settings::QueueSettings;
+use crate::core::Broker;
 use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
 use axum::Json;
@@ -51,6 +53,8 @@ struct Counts {
     in_flight: usize,
     /// Came back from a failed delivery, waiting out their redelivery delay.
     awaiting_redelivery: usize,
+    /// Waiting in the delay schedule until they are due.
+    delayed: u64,
 }
 
 #[derive(Serialize)]
@@ -65,9 +69,11 @@ struct TotalsInfo {
 }
 
 impl QueueInfo {
-    pub(super) fn of(queue: &Queue) -> Self {
+    pub(super) fn of(queue: &Queue, broker: &Broker) -> Self {
+        let delayed = broker.schedule().map_or(0, |s| s.delayed(queue.id()));
         Self::from_parts(
             queue.name(),
+            delayed,
             queue.stats(),
             queue.totals(),
             &queue.settings(),
@@ -77,6 +83,7 @@ impl QueueInfo {
 
     fn from_parts(
         name: &str,
+        delayed: u64,
         s: QueueStats,
         t: Totals,
         settings: &QueueSettings,
@@ -91,6 +98,7 @@ impl QueueInfo {
                 paged: s.paged,
                 in_flight: s.in_flight,
                 awaiting_redelivery: s.waiting,
+                delayed,
             },
             memory_bytes: s.memory_bytes,
             consumers: s.consumers,
@@ -123,60 +131,14 @@ fn list_query(raw: Option<&str>) -> Result<ListQuery, ApiError> {
         limit: DEFAULT_LIMIT,
         name: None,
     };
-    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value).ok_or_else(|| {
-            ApiError::BadRequest(format!("{key}: not valid percent-encoded UTF-8"))
-        })?;
-        match key {
-            "offset" => q.offset = number(key, &value, 0, usize::MAX)?,
-            "limit" => q.limit = number(key, &value, 1, MAX_LIMIT)?,
-            "name" => q.name = Some(value),
-            _ => {
-                return Err(ApiError::BadRequest(format!(
-                    "unknown query parameter '{key}' (offset, limit and name are known)"
-                )))
-            }
+    for (key, value) in pairs(raw, &["offset", "limit", "name"])? {
+        match key.as_str() {
+            "offset" => q.offset = number(&key, &value, 0, usize::MAX)?,
+            "limit" => q.limit = number(&key, &value, 1, MAX_LIMIT)?,
+            _ => q.name = Some(value),
         }
     }
     Ok(q)
-}
-
-pub(super) fn number(key: &str, value: &str, min: usize, max: usize) -> Result<usize, ApiError> {
-    match value.parse::<usize>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ if max == usize::MAX => Err(ApiError::BadRequest(format!(
-            "{key}: '{value}' is not a whole number of at least {min}"
-        ))),
-        _ => Err(ApiError::BadRequest(format!(
-            "{key}: '{value}' is not a whole number from {min} to {max}"
-        ))),
-    }
-}
-
-/// `%XX` escapes and `+` for space, as browsers and curl encode a query.
-pub(super) fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 pub async fn list(caller: Caller, RawQuery(raw): RawQuery) -> Result<Json<QueuePage>, ApiError> {
@@ -196,7 +158,7 @@ pub async fn list(caller: Caller, RawQuery(raw): RawQuery) -> Result<Json<QueueP
         .skip(query.offset)
         .take(query.limit)
         .filter_map(|n| caller.broker.queue(n))
-        .map(|q| QueueInfo::of(&q))
+        .map(|q| QueueInfo::of(&q, &caller.broker))
         .collect();
     Ok(Json(QueuePage {
         total,
@@ -212,7 +174,7 @@ pub async fn detail(caller: Caller, Path(name): Path<String>) -> Result<Json<Que
         .broker
         .queue(&name)
         .ok_or_else(|| ApiError::NotFound(format!("no queue named '{name}'")))?;
-    Ok(Json(QueueInfo::of(&queue)))
+    Ok(Json(QueueInfo::of(&queue, &caller.broker)))
 }
 
 /// 201 with the new queue, 200 with the one that was there.
@@ -228,7 +190,7 @@ pub async fn create(
         Created::New => StatusCode::CREATED,
         Created::Existing => StatusCode::OK,
     };
-    Ok((status, Json(QueueInfo::of(&queue))))
+    Ok((status, Json(QueueInfo::of(&queue, &caller.broker))))
 }
 
 pub async fn delete(caller: Caller, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
@@ -272,7 +234,7 @@ async fn set_paused(caller: Caller, name: &str, paused: bool) -> Result<Json<Que
     written.wait().await.map_err(|e| {
         ApiError::Unavailable(format!("the change applies but was not stored: {e}"))
     })?;
-    Ok(Json(QueueInfo::of(&queue)))
+    Ok(Json(QueueInfo::of(&queue, &caller.broker)))
 }
 
 fn manageable(caller: &Caller, name: &str) -> Result<Arc<Queue>, ApiError> {
@@ -298,6 +260,7 @@ mod tests {
             "offset=-1",
             "colour=red",
             "name=%zz",
+            "limit=5&limit=6",
         ] {
             assert!(
                 matches!(list_query(Some(bad)), Err(ApiError::BadRequest(_))),

@@ -7,7 +7,7 @@
 
 use super::auth::Caller;
 use super::error::ApiError;
-use super::queues::{number, percent_decode};
+use super::query::{number, pairs};
 use crate::core::manage::MANAGEMENT_ADDRESS;
 use crate::core::schedule::{
     MessageEdit, PropertyEntry, Schedule, ScheduleEditError, SchedulePage, ScheduleQuery,
@@ -53,29 +53,6 @@ fn schedule(caller: &Caller) -> Result<Arc<Schedule>, ApiError> {
 /// Reading one queue's schedule needs `view` on it; every queue's, on `weir.management`.
 fn may_view(caller: &Caller, queue: Option<&str>) -> Result<(), ApiError> {
     caller.may(queue.unwrap_or(MANAGEMENT_ADDRESS), Permission::View)
-}
-
-/// The query parameters of a request, each known key at most once; anything else is
-/// refused, so a typo does not pass for "no filter".
-pub(super) fn pairs(raw: Option<&str>, known: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if !known.contains(&key) {
-            return Err(ApiError::BadRequest(format!(
-                "unknown query parameter '{key}' (known: {})",
-                known.join(", ")
-            )));
-        }
-        if out.iter().any(|(k, _)| k == key) {
-            return Err(ApiError::BadRequest(format!("'{key}' given twice")));
-        }
-        let value = percent_decode(value).ok_or_else(|| {
-            ApiError::BadRequest(format!("{key}: not valid percent-encoded UTF-8"))
-        })?;
-        out.push((key.to_owned(), value));
-    }
-    Ok(out)
 }
 
 fn epoch_ms(key: &str, value: &str) -> Result<u64, ApiError> {

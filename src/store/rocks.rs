@@ -357,6 +357,16 @@ impl Store {
     }
 
     /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
+    /// RocksDB's estimate of the stored messages (for recovery progress); `None`
+    /// when it has none.
+    pub fn estimate_messages(&self) -> Option<u64> {
+        let db = self.inner.database.get().ok()?;
+        let cf = cf(&db, CF_MESSAGES).ok()?;
+        db.property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+            .ok()
+            .flatten()
+    }
+
     pub fn disk_usage(&self) -> u64 {
         let Ok(db) = self.inner.database.get() else {
             return 0;

@@ -212,6 +212,7 @@ impl Schedule {
                 entry
             }
         };
+        self.inner.counts.remove(key.queue, 1);
         Ok(summary(&broker, &entry))
     }
 

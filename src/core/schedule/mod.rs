@@ -18,7 +18,9 @@
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
 
+mod counts;
 mod edit;
+mod lateness;
 mod listing;
 mod parked;
 mod stored;
@@ -26,6 +28,7 @@ mod stored;
 mod tests;
 
 pub use edit::{MessageEdit, ScheduleEditError, MAX_TIMELINE_BUCKETS};
+pub use lateness::{Lateness, LatenessSnapshot, BOUNDS_MS as LATENESS_BOUNDS_MS};
 pub use listing::{
     Headers, PropertyEntry, PropertyValue, SchedulePage, ScheduleQuery, ScheduledDetail,
     ScheduledSummary, Timeline,
@@ -174,6 +177,10 @@ struct Inner {
     /// delivering from memory meanwhile, so a refill never makes anything late.
     refilling: AtomicBool,
     timer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// How late due messages reached their queues.
+    lateness: Lateness,
+    /// Messages waiting, per queue id.
+    counts: counts::DelayedCounts,
 }
 
 /// The broker's delay schedule. Install it with [`Broker::set_scheduler`].
@@ -213,6 +220,8 @@ impl Schedule {
             closed: AtomicBool::new(false),
             refilling: AtomicBool::new(false),
             timer: Mutex::new(None),
+            lateness: Lateness::default(),
+            counts: counts::DelayedCounts::of_store(broker.store())?,
         });
         // Nothing else writes the scheduled family yet: no barrier needed.
         let page = inner.store.scan_scheduled(FIRST_KEY, capacity)?;
@@ -238,6 +247,16 @@ impl Schedule {
         if let Some(timer) = timer {
             let _ = timer.await;
         }
+    }
+
+    /// How late due messages have reached their queues since the broker started.
+    pub fn lateness(&self) -> LatenessSnapshot {
+        self.inner.lateness.snapshot()
+    }
+
+    /// Messages waiting in the schedule for the queue with this id.
+    pub fn delayed(&self, queue: u32) -> u64 {
+        self.inner.counts.of(queue)
     }
 
     /// Entries held in memory now.
@@ -286,6 +305,7 @@ impl DelayedDelivery for Schedule {
         // Entries wait for minutes and the window keeps a sparse few of them:
         // each would otherwise pin the whole read buffer it arrived in.
         let message = Arc::new(message.detached());
+        self.inner.counts.add(key.queue);
         self.inner.insert(
             key,
             Waiting {
@@ -316,6 +336,8 @@ struct Loaded {
     entries: Vec<(ScheduleKey, Waiting)>,
     /// The last key read, when the page was full (more may follow on disk).
     more_after: Option<ScheduleKey>,
+    /// Queue ids of records dropped (unreadable, or not durable from an earlier run).
+    dropped: Vec<u32>,
 }
 
 impl Inner {
@@ -412,6 +434,9 @@ impl Inner {
 
     /// Adds a loaded page to the window and moves the bound past it.
     fn merge(&self, loaded: Loaded) {
+        for queue in &loaded.dropped {
+            self.counts.remove(*queue, 1);
+        }
         let bound = loaded.more_after.unwrap_or(MAX_KEY);
         let mut window = self.window.lock();
         for (key, w) in loaded.entries {
@@ -549,7 +574,10 @@ impl Inner {
     fn deliver(&self, broker: &Broker, entries: Vec<(ScheduleKey, Waiting)>) {
         let mut at: FastMap<u32, usize> = FastMap::default();
         let mut by_queue: Vec<(u32, Vec<Move>)> = Vec::new();
+        let now = now_ms();
         for (key, w) in entries {
+            self.lateness.observe(now.saturating_sub(key.due_ms));
+            self.counts.remove(key.queue, 1);
             // Its schedule record goes in the write that stores it in the queue.
             let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
             let i = *at.entry(w.queue).or_insert_with(|| {
@@ -619,12 +647,14 @@ fn load_page(
         .then(|| page.last().map(|(k, _)| *k))
         .flatten();
     let mut entries = Vec::with_capacity(page.len());
+    let mut dropped = Vec::new();
     for (key, record) in page {
         let entry = match stored::decode(key, record) {
             Ok(entry) => entry,
             Err(e) => {
                 tracing::error!(error = %e, "dropping unreadable scheduled message");
                 store.submit_detached(Op::DeleteScheduled { key });
+                dropped.push(key.queue);
                 continue;
             }
         };
@@ -632,6 +662,7 @@ fn load_page(
         let durable = entry.durable || queue.is_some_and(|q| q.settings().durable);
         if !durable && key.seq < boot_seq {
             store.submit_detached(Op::DeleteScheduled { key });
+            dropped.push(key.queue);
             continue;
         }
         entries.push((
@@ -648,6 +679,7 @@ fn load_page(
     Loaded {
         entries,
         more_after,
+        dropped,
     }
 }
 

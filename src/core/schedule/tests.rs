@@ -196,6 +196,7 @@ async fn list_cancel_and_reschedule() {
     let listed = list_all(&schedule, "q").await;
     let bodies: Vec<&str> = listed.iter().map(|e| e.body_preview.as_str()).collect();
     assert_eq!(bodies, ["0", "1", "2", "3", "4"]);
+    assert_eq!(schedule.delayed(queue.id()), 5);
     // Paged by cursor: after the second entry.
     let rest = schedule
         .list_page(&ScheduleQuery {
@@ -226,7 +227,44 @@ async fn list_cancel_and_reschedule() {
     let left = list_all(&schedule, "q").await;
     let bodies: Vec<&str> = left.iter().map(|e| e.body_preview.as_str()).collect();
     assert_eq!(bodies, ["0", "2"]);
+    // Two cancelled, one delivered after its reschedule.
+    assert_eq!(schedule.delayed(queue.id()), 2);
+    let lateness = schedule.lateness();
+    assert_eq!(lateness.count, 1);
     assert_eq!(queue.id(), new_key.queue);
+    schedule.shutdown().await;
+}
+
+#[tokio::test]
+async fn waiting_messages_are_counted_per_queue_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let far = now_ms() + 600_000;
+    let ids = {
+        let (broker, schedule) = open(dir.path(), 2);
+        for (i, address) in ["a", "a", "a", "b"].into_iter().enumerate() {
+            let mut message = delayed(&i.to_string(), far + i as u64, true);
+            message.address = Arc::from(address);
+            broker
+                .publish(message, RoutingType::Anycast)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+        }
+        let ids = (
+            broker.queue("a").unwrap().id(),
+            broker.queue("b").unwrap().id(),
+        );
+        assert_eq!((schedule.delayed(ids.0), schedule.delayed(ids.1)), (3, 1));
+        schedule.shutdown().await;
+        ids
+    };
+    let (_broker, schedule) = open(dir.path(), 2);
+    assert_eq!((schedule.delayed(ids.0), schedule.delayed(ids.1)), (3, 1));
+    let first = list_all(&schedule, "a").await;
+    schedule.cancel(&first[0].id).await.unwrap();
+    schedule.reschedule(&first[1].id, far + 50).await.unwrap();
+    assert_eq!((schedule.delayed(ids.0), schedule.delayed(ids.1)), (2, 1));
     schedule.shutdown().await;
 }
 
@@ -267,6 +305,7 @@ async fn restart_recovers_durable_entries_once() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (broker, schedule) = open(dir.path(), 8);
+    let id = broker.queue("q").unwrap().id();
     let (_sub, mut rx) = consume(&broker);
     let got = receive(&mut rx, 41).await;
     let bodies: Vec<String> = got.iter().map(|(d, _)| body(d)).collect();
@@ -278,6 +317,7 @@ async fn restart_recovers_durable_entries_once() {
     assert!(!bodies.contains(&"volatile".to_owned()));
     assert_eq!(bodies.iter().collect::<HashSet<_>>().len(), 40);
     assert_on_time_in_order(&got);
+    assert_eq!(schedule.delayed(id), 0);
     schedule.shutdown().await;
     drop((_sub, rx, got, schedule, broker));
 
