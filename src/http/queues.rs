@@ -35,7 +35,16 @@ pub struct QueueInfo {
     consumers: usize,
     groups: usize,
     totals: TotalsInfo,
+    /// Messages per second lately (averaged since the previous reading of this
+    /// queue, at least a second before).
+    rates: RatesInfo,
     settings: SettingsInfo,
+}
+
+#[derive(Serialize, Default)]
+struct RatesInfo {
+    enqueued_per_second: f64,
+    acked_per_second: f64,
 }
 
 #[derive(Serialize)]
@@ -81,12 +90,19 @@ struct SettingsInfo {
 
 impl QueueInfo {
     fn of(queue: &Queue) -> Self {
-        Self::from_parts(
-            queue.name(),
-            queue.stats(),
-            queue.totals(),
-            queue.settings(),
-        )
+        let rates = queue.rates();
+        QueueInfo {
+            rates: RatesInfo {
+                enqueued_per_second: rates.enqueued,
+                acked_per_second: rates.acked,
+            },
+            ..Self::from_parts(
+                queue.name(),
+                queue.stats(),
+                queue.totals(),
+                queue.settings(),
+            )
+        }
     }
 
     fn from_parts(name: &str, s: QueueStats, t: Totals, settings: &QueueSettings) -> Self {
@@ -111,6 +127,7 @@ impl QueueInfo {
                 redelivered: t.redelivered,
                 dropped: s.dropped,
             },
+            rates: RatesInfo::default(),
             settings: SettingsInfo {
                 durable: settings.durable,
                 max_delivery_attempts: settings.max_delivery_attempts,
