@@ -1,6 +1,7 @@
 //! The `weir` command: `weir serve` runs the broker.
 
 mod admin {
+    pub mod broker;
     pub mod schedule;
     pub mod user;
 }
@@ -31,6 +32,9 @@ struct Cli {
 enum Command {
     /// Run the broker (with the embedded default config unless --config is given).
     Serve(ServeArgs),
+    /// Operate a running broker through its management API: queues, purge, move, groups,
+    /// consumers, connections (tables, or --json).
+    Admin(admin::broker::AdminArgs),
     /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
     /// Make user entries for the config: `weir user add NAME` prints a [[users]] entry with
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Admin(args) => admin::broker::run(args),
         Command::Schedule(args) => admin::schedule::run(args),
         Command::User(args) => admin::user::run(args),
         Command::Perf(args) => weir::perf::main(args),

@@ -42,6 +42,15 @@ pub struct QueueInfo {
     settings: serde_json::Map<String, serde_json::Value>,
     /// The settings changed on this queue at run time (the rest come from the config).
     changed_settings: Vec<&'static str>,
+    /// Messages per second lately (averaged since the previous reading of this
+    /// queue, at least a second before).
+    rates: RatesInfo,
+}
+
+#[derive(Serialize, Default)]
+struct RatesInfo {
+    enqueued_per_second: f64,
+    acked_per_second: f64,
 }
 
 #[derive(Serialize)]
@@ -71,14 +80,21 @@ struct TotalsInfo {
 impl QueueInfo {
     pub(super) fn of(queue: &Queue, broker: &Broker) -> Self {
         let delayed = broker.schedule().map_or(0, |s| s.delayed(queue.id()));
-        Self::from_parts(
-            queue.name(),
-            delayed,
-            queue.stats(),
-            queue.totals(),
-            &queue.settings(),
-            queue.changes().settings.names_set(),
-        )
+        let rates = queue.rates();
+        QueueInfo {
+            rates: RatesInfo {
+                enqueued_per_second: rates.enqueued,
+                acked_per_second: rates.acked,
+            },
+            ..Self::from_parts(
+                queue.name(),
+                delayed,
+                queue.stats(),
+                queue.totals(),
+                &queue.settings(),
+                queue.changes().settings.names_set(),
+            )
+        }
     }
 
     fn from_parts(
@@ -111,6 +127,7 @@ impl QueueInfo {
                 redelivered: t.redelivered,
                 dropped: s.dropped,
             },
+            rates: RatesInfo::default(),
             settings: settings_json(settings),
             changed_settings,
         }

@@ -4,6 +4,7 @@
 //! be a few events behind another, which a rate or a dashboard does not mind).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -12,6 +13,27 @@ pub struct Counters {
     expired: AtomicU64,
     dead_lettered: AtomicU64,
     redelivered: AtomicU64,
+    /// The last reading the rates were computed from; only management reads it.
+    rates: parking_lot::Mutex<Option<Reading>>,
+}
+
+/// Messages per second, averaged since the previous reading at least
+/// [`RATE_WINDOW`] earlier (see [`Counters::rates`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Rates {
+    pub enqueued: f64,
+    pub acked: f64,
+}
+
+/// Readings closer together than this repeat the last rates: a dashboard that
+/// polls often would otherwise see the noise of a few messages.
+pub const RATE_WINDOW: Duration = Duration::from_secs(1);
+
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    at: Instant,
+    totals: Totals,
+    rates: Rates,
 }
 
 /// The counters read at one moment.
@@ -55,6 +77,35 @@ impl Counters {
         self.redelivered.fetch_add(1, Relaxed);
     }
 
+    /// The rates since the previous reading (zero at the first): computed from
+    /// the totals when read, so counting costs nothing more per message.
+    pub fn rates(&self) -> Rates {
+        self.rates_at(Instant::now())
+    }
+
+    fn rates_at(&self, now: Instant) -> Rates {
+        let totals = self.totals();
+        let mut last = self.rates.lock();
+        let rates = match *last {
+            Some(r) if now.saturating_duration_since(r.at) < RATE_WINDOW => return r.rates,
+            Some(r) => {
+                let seconds = now.saturating_duration_since(r.at).as_secs_f64();
+                let per_second = |now: u64, then: u64| now.saturating_sub(then) as f64 / seconds;
+                Rates {
+                    enqueued: per_second(totals.enqueued, r.totals.enqueued),
+                    acked: per_second(totals.acked, r.totals.acked),
+                }
+            }
+            None => Rates::default(),
+        };
+        *last = Some(Reading {
+            at: now,
+            totals,
+            rates,
+        });
+        rates
+    }
+
     pub fn totals(&self) -> Totals {
         Totals {
             enqueued: self.enqueued.load(Relaxed),
@@ -63,5 +114,31 @@ impl Counters {
             dead_lettered: self.dead_lettered.load(Relaxed),
             redelivered: self.redelivered.load(Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_are_averaged_over_at_least_a_window() {
+        let counters = Counters::default();
+        let start = Instant::now();
+        assert_eq!(counters.rates_at(start), Rates::default());
+        for _ in 0..30 {
+            counters.enqueued();
+        }
+        counters.acked(10);
+        // Within the window: the last rates again.
+        assert_eq!(counters.rates_at(start + RATE_WINDOW / 2), Rates::default());
+        let rates = counters.rates_at(start + 2 * RATE_WINDOW);
+        assert_eq!((rates.enqueued, rates.acked), (15.0, 5.0));
+        assert_eq!(
+            counters.rates_at(start + 2 * RATE_WINDOW + RATE_WINDOW / 2),
+            rates
+        );
+        let idle = counters.rates_at(start + 4 * RATE_WINDOW);
+        assert_eq!((idle.enqueued, idle.acked), (0.0, 0.0));
     }
 }

@@ -27,7 +27,7 @@ mod reconfigure;
 mod redelivery;
 mod settle;
 
-pub use counters::Totals;
+pub use counters::{Rates, Totals};
 pub use inspect::{MessagePage, MessageState, QueuedMessage, Taken, Untaken};
 pub use overview::{ConsumerInfo, GroupInfo};
 pub use pending_acks::PendingAcks;
@@ -309,6 +309,11 @@ impl Queue {
     /// What happened to the queue's messages since the broker started. No lock.
     pub fn totals(&self) -> Totals {
         self.counters.totals()
+    }
+
+    /// Messages enqueued and acknowledged per second lately (see [`Rates`]).
+    pub fn rates(&self) -> Rates {
+        self.counters.rates()
     }
 
     /// Counts a message that left this queue (or never entered it) as expired or

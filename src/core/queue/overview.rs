@@ -80,12 +80,12 @@ impl Queue {
     /// Releases the group `name` (a group id, or `bucket-N`) from its owner:
     /// its next message picks a consumer anew. While the owner still holds
     /// some of its messages, nobody gets a newer one until those are settled,
-    /// so the group is never split. False when the group is not bound.
+    /// so the group is never split. False when no consumer owns the group.
     pub fn reset_group(self: &Arc<Self>, name: &str) -> bool {
         self.reset_groups(Some(name)) > 0
     }
 
-    /// [`Queue::reset_group`] for every group; returns how many were bound.
+    /// [`Queue::reset_group`] for every group; returns how many had an owner.
     pub fn reset_all_groups(self: &Arc<Self>) -> usize {
         self.reset_groups(None)
     }
@@ -103,10 +103,10 @@ impl Queue {
                     .collect(),
                 None => st.groups.bindings(),
             };
+            // A group already waiting for its old owner has no owner to leave.
+            let lanes: Vec<_> = lanes.into_iter().filter(|(_, o)| *o != PAUSED).collect();
             for (lane, owner) in &lanes {
-                if *owner != PAUSED {
-                    st.move_group_from(lane, *owner);
-                }
+                st.move_group_from(lane, *owner);
             }
             self.dispatch(&mut st, &mut after);
             lanes.len()
@@ -223,6 +223,8 @@ mod tests {
         // Reset while A holds g1: g2 waits until g1 is settled.
         assert!(queue.reset_group("g"));
         assert_eq!(queue.groups()[0].consumer, None);
+        assert!(!queue.reset_group("g"), "waiting for A already");
+        assert_eq!(queue.reset_all_groups(), 0);
         nothing(&mut brx).await;
         queue.ack(a.consumer(), &[g1.seq]).unwrap();
         // A's credit came back, but the group is free: whoever dispatch picks.

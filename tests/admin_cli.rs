@@ -1,0 +1,230 @@
+//! `weir admin` against a running broker: the real binary on both sides, STOMP traffic
+//! to look at, and the CLI's tables and `--json` checked against what was done.
+
+mod common;
+
+use common::{BrokerProcess, Stomp};
+use serde_json::Value;
+use std::process::{Command, Output};
+
+const CONFIG: &str = r##"
+[[users]]
+name = "admin"
+password = "pw"
+roles = ["ops"]
+
+[[users]]
+name = "auditor"
+password = "pw"
+roles = ["audit"]
+
+[security]
+login_failure_delay = "0"
+
+[security.permissions."#"]
+send = ["ops"]
+consume = ["ops"]
+browse = ["ops"]
+create_address = ["ops"]
+create_durable_queue = ["ops"]
+manage = ["ops"]
+view = ["audit"]
+"##;
+
+/// Runs `weir admin ARGS` as `user` against the broker.
+fn admin(broker: &BrokerProcess, user: &str, args: &[&str]) -> Output {
+    let url = format!("http://{}", broker.http.expect("HTTP listener"));
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("admin")
+        .args(["--url", &url, "--user", user])
+        .args(args)
+        .env("WEIR_PASSWORD", "pw")
+        .env_remove("WEIR_URL")
+        .env_remove("WEIR_USER")
+        .output()
+        .expect("run weir admin")
+}
+
+/// Stdout of a run that must succeed.
+fn ok(output: Output) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "failed: {stderr}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Stderr of a run that must fail.
+fn fails(output: Output) -> String {
+    assert!(!output.status.success(), "should have failed");
+    String::from_utf8(output.stderr).unwrap()
+}
+
+/// The whitespace-separated cells of the table line starting with `first`.
+fn row(table: &str, first: &str) -> Vec<String> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .find(|cells| cells.first().map(String::as_str) == Some(first))
+        .unwrap_or_else(|| panic!("no row {first} in\n{table}"))
+}
+
+#[test]
+fn queues_are_listed_moved_purged_and_clients_seen() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let mut client = Stomp::connect(
+        broker.stomp,
+        &[
+            ("login", "admin"),
+            ("passcode", "pw"),
+            ("client-id", "cli-test"),
+        ],
+    );
+    assert_eq!(client.connected.command, "CONNECTED");
+    for i in 0..3 {
+        client.send_receipted("/queue/orders", &format!("o{i}"), &[], &format!("r{i}"));
+    }
+    client.send_receipted("/queue/archive", "a", &[], "ra");
+
+    let list = ok(admin(&broker, "auditor", &["queues"]));
+    assert!(list.starts_with("NAME"), "{list}");
+    let orders = row(&list, "orders");
+    assert_eq!(orders[1], "3", "READY: {list}");
+
+    let json: Value =
+        serde_json::from_str(&ok(admin(&broker, "auditor", &["queues", "--json"]))).unwrap();
+    let orders = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "orders")
+        .expect("orders listed");
+    assert_eq!(orders["messages"]["ready"], 3);
+    assert!(orders["rates"]["enqueued_per_second"].is_number());
+    let filtered = ok(admin(&broker, "auditor", &["queues", "--name", "arch"]));
+    assert_eq!(filtered.lines().count(), 2, "{filtered}");
+
+    let stat = ok(admin(&broker, "auditor", &["stat", "orders"]));
+    assert_eq!(row(&stat, "messages.ready")[1], "3");
+    assert_eq!(row(&stat, "totals.enqueued")[1], "3");
+
+    // Move the first message of orders to archive by id.
+    let url = format!("http://{}", broker.http.unwrap());
+    let page: Value = reqwest::blocking::Client::new()
+        .get(format!("{url}/api/queues/orders/messages"))
+        .basic_auth("auditor", Some("pw"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let first = page["items"][0]["id"].to_string();
+    let refused = fails(admin(
+        &broker,
+        "auditor",
+        &["move", "orders", "archive", "--ids", &first],
+    ));
+    assert!(refused.contains("403"), "{refused}");
+    let moved = ok(admin(
+        &broker,
+        "admin",
+        &[
+            "move",
+            "orders",
+            "archive",
+            "--ids",
+            &format!("{first},999"),
+        ],
+    ));
+    assert_eq!(moved, "moved 1\nskipped 999 (not_found)\n");
+    let copied = ok(admin(
+        &broker,
+        "admin",
+        &[
+            "copy",
+            "archive",
+            "orders",
+            "--selector",
+            "JMSPriority >= 0",
+            "--json",
+        ],
+    ));
+    let copied: Value = serde_json::from_str(&copied).unwrap();
+    assert_eq!(copied["copied"], 2);
+
+    let purged = ok(admin(&broker, "admin", &["purge", "orders"]));
+    assert_eq!(purged, "removed 4\n");
+    let missing = fails(admin(&broker, "admin", &["purge", "nope"]));
+    assert!(
+        missing.contains("404") && missing.contains("nope"),
+        "{missing}"
+    );
+    let wrong = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args([
+            "admin",
+            "--url",
+            &url,
+            "--user",
+            "admin",
+            "--password",
+            "wrong",
+            "queues",
+        ])
+        .output()
+        .unwrap();
+    assert!(fails(wrong).contains("401"));
+
+    // A grouped message held by a consumer: its group, the consumer and its connection.
+    client.send_frame(
+        "SUBSCRIBE",
+        &[
+            ("id", "1"),
+            ("destination", "/queue/work"),
+            ("ack", "client-individual"),
+            ("receipt", "sub"),
+        ],
+        b"",
+    );
+    assert_eq!(client.recv().unwrap().command, "RECEIPT");
+    client.send("/queue/work", "w", &[("JMSXGroupID", "customer-7")]);
+    assert_eq!(client.recv().expect("the grouped message").body_text(), "w");
+
+    let connections = ok(admin(&broker, "auditor", &["connections"]));
+    let line = connections
+        .lines()
+        .find(|l| l.contains("cli-test"))
+        .unwrap_or_else(|| panic!("{connections}"));
+    let connection_id = line.split_whitespace().next().unwrap().to_owned();
+    assert!(line.contains("stomp 1.2"), "{line}");
+
+    let groups = ok(admin(&broker, "auditor", &["groups", "work"]));
+    let group = row(&groups, "customer-7");
+    assert_eq!(
+        (group[2].as_str(), group[3].as_str()),
+        (connection_id.as_str(), "1")
+    );
+    let consumers = ok(admin(&broker, "auditor", &["consumers", "work"]));
+    let consumer = row(&consumers, &group[1]);
+    assert_eq!(
+        &consumer[1..5],
+        [connection_id.as_str(), "stomp", "admin", "cli-test"]
+    );
+    let reset = ok(admin(
+        &broker,
+        "admin",
+        &["groups", "work", "--reset", "customer-7"],
+    ));
+    assert_eq!(reset, "reset 1\n");
+    let reset = ok(admin(&broker, "admin", &["groups", "work", "--reset"]));
+    assert_eq!(
+        reset, "reset 0\n",
+        "the group waits for its message: nobody owns it now"
+    );
+
+    let closing = ok(admin(
+        &broker,
+        "admin",
+        &["connections", "--close", &connection_id],
+    ));
+    assert_eq!(closing, format!("closing connection {connection_id}\n"));
+    let goodbye = client.recv().expect("an ERROR frame");
+    assert_eq!(goodbye.command, "ERROR");
+}
