@@ -1,6 +1,6 @@
 // Broker process and @stomp/stompjs client helpers for the node:test suite.
 // Mirrors python/broker.py: own temp dir, free ports, WEIR_BIN override.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { createServer, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -42,10 +42,11 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 export class Broker {
   // `extraConfig`: TOML appended to the config; `waitPorts`: more ports to wait for (extra
-  // listeners it declares).
-  constructor({ extraConfig = '', waitPorts = [] } = {}) {
+  // listeners it declares); `http`: the management listener on a free port (`httpPort`).
+  constructor({ extraConfig = '', waitPorts = [], http = false } = {}) {
     this.extraConfig = extraConfig;
     this.waitPorts = waitPorts;
+    this.http = http;
   }
 
   async start() {
@@ -64,14 +65,15 @@ export class Broker {
     ].join('\n'));
     this.port = await freePort();
     this.amqpPort = await freePort();
+    this.httpPort = this.http ? await freePort() : null;
     this.logPath = join(this.dir, 'weir.log');
     const { openSync } = await import('node:fs');
     const log = openSync(this.logPath, 'a');
     this.proc = spawn(this.bin, [
       'serve', '--config', config, '--data-dir', dataDir,
       '--stomp', `127.0.0.1:${this.port}`, '--amqp', `127.0.0.1:${this.amqpPort}`,
-      // Off: brokers of parallel suites would contend for the default port.
-      '--http', 'off',
+      // Never the default port: brokers of parallel suites would contend for it.
+      '--http', this.httpPort ? `127.0.0.1:${this.httpPort}` : 'off',
       '--log', process.env.WEIR_LOG ?? 'info',
     ], { stdio: ['ignore', log, log] });
     let exited = null;
@@ -79,7 +81,8 @@ export class Broker {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`broker exited (${exited}) early:\n${this.logTail()}`);
-      if (await canConnect(this.port) && (await Promise.all(this.waitPorts.map(canConnect))).every(Boolean)) {
+      const others = [...this.waitPorts, ...(this.httpPort ? [this.httpPort] : [])];
+      if (await canConnect(this.port) && (await Promise.all(others.map(canConnect))).every(Boolean)) {
         return this;
       }
       await sleep(50);
@@ -160,4 +163,27 @@ export function timeout(promise, ms, what) {
     promise,
     new Promise((_, rej) => setTimeout(() => rej(new Error(`${what}: no answer in ${ms} ms`)), ms)),
   ]);
+}
+
+// Writes a CA, a server and a client certificate (CN=`clientCn`) into `dir` with the
+// python tests' helper; returns their PEM contents.
+export function makeCerts(dir, clientCn) {
+  const python = process.env.WEIR_PTEST_PYTHON ?? 'python3';
+  execFileSync(python, ['-c', [
+    'import sys',
+    'from pathlib import Path',
+    'sys.path.insert(0, sys.argv[1])',
+    'from tls_certs import make_certs',
+    'make_certs(Path(sys.argv[2]), sys.argv[3])',
+  ].join('\n'), join(repoRoot, 'protocol-tests', 'python'), dir, clientCn]);
+  const read = name => readFileSync(join(dir, name));
+  return {
+    dir,
+    ca: read('ca.pem'),
+    cert: read('client.pem'),
+    key: read('client.key'),
+    serverPem: join(dir, 'server.pem'),
+    serverKey: join(dir, 'server.key'),
+    caPem: join(dir, 'ca.pem'),
+  };
 }
