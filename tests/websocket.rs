@@ -317,3 +317,54 @@ fn a_request_that_is_no_upgrade_gets_a_json_4xx() {
         assert!(r.status().is_client_error(), "{base}: {}", r.status());
     }
 }
+
+#[test]
+fn a_client_that_never_connects_is_closed_at_the_connect_timeout() {
+    let config = format!("{USERS}\n[limits]\nconnect_timeout = \"1s\"\n");
+    let (_dir, _broker, ws) = start(&config);
+    let (mut socket, _) = open(&format!("ws://{ws}/stomp"), &["v12.stomp"]);
+    socket
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = std::time::Instant::now();
+    // The broker ends the connection, perhaps with an ERROR first; nothing else comes.
+    loop {
+        match socket.read() {
+            Ok(Message::Text(t)) => assert!(t.as_str().starts_with("ERROR"), "{t}"),
+            Ok(Message::Binary(b)) => panic!("unexpected {b:?}"),
+            Ok(Message::Close(_)) | Err(tungstenite::Error::ConnectionClosed) => break,
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                panic!("still open after {:?}", started.elapsed())
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn the_websocket_listener_is_among_the_broker_s_listeners() {
+    let (_dir, broker, ws) = start(USERS);
+    let info: Value = Client::new()
+        .get(format!("http://{}/api/broker", broker.http.unwrap()))
+        .basic_auth("admin", Some("pw"))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let listener = info["listeners"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "websocket")
+        .unwrap_or_else(|| panic!("{info}"));
+    assert_eq!(listener["address"], ws.to_string());
+    assert_eq!(listener["protocols"], serde_json::json!(["stomp"]));
+    assert_eq!(listener["tls"], false);
+}
