@@ -314,7 +314,9 @@ fn a_request_that_is_no_upgrade_gets_a_json_4xx() {
             "{body}"
         );
         let r = client.post(&base).send().unwrap();
-        assert!(r.status().is_client_error(), "{base}: {}", r.status());
+        assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED, "{base}");
+        let body: Value = r.json().unwrap();
+        assert_eq!(body["error"], "method_not_allowed", "{body}");
     }
 }
 

@@ -18,7 +18,7 @@ use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::any;
 use axum::{Extension, Json, Router};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -84,7 +84,8 @@ impl Endpoint {
 
 /// `/stomp`, for the management listener's router.
 pub fn management_route(endpoint: Arc<Endpoint>) -> Router {
-    Router::new().route(PATH, get(upgrade)).with_state(endpoint)
+    // Every method, so that a wrong one gets the upgrade's own JSON refusal.
+    Router::new().route(PATH, any(upgrade)).with_state(endpoint)
 }
 
 /// Upgrades on any path, for the WebSocket listener of its own (as Artemis's ws acceptor).
