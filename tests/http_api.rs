@@ -669,3 +669,138 @@ fn the_schedule_is_listed_and_edited_live() {
     let left: Value = api.json("/api/schedule?queue=later");
     assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
 }
+
+impl Api {
+    fn patch(&self, path: &str, user: Option<&str>, body: &str) -> Response {
+        self.request(reqwest::Method::PATCH, path, user)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .unwrap()
+    }
+}
+
+#[test]
+fn queue_settings_change_at_run_time_and_survive_a_restart() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted("/queue/orders", "first", &[], "r1");
+    let before = api.json("/api/queues/orders");
+    assert_eq!(before["settings"]["redelivery_delay"], 0);
+    assert_eq!(before["changed_settings"], serde_json::json!([]));
+
+    let r = api.patch(
+        "/api/queues/orders",
+        Some("admin"),
+        r#"{"redelivery_delay": "2s", "max_delivery_attempts": 3, "dead_letter_address": "parked", "exclusive": true}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let after: Value = r.json().unwrap();
+    assert_eq!(after["settings"]["redelivery_delay"], 2000);
+    assert_eq!(after["settings"]["max_delivery_attempts"], 3);
+    assert_eq!(after["settings"]["dead_letter_address"], "parked");
+    assert_eq!(after["settings"]["exclusive"], true);
+
+    // The new redelivery delay applies to the message already queued: a NACKed
+    // delivery comes back only after 2 s.
+    let mut consumer = login(&broker, "dev");
+    consumer.subscribe("1", "/queue/orders", "client-individual");
+    let got = consumer.recv().expect("delivered");
+    consumer.send_frame(
+        "NACK",
+        &[("id", got.header("ack").expect("an ack id"))],
+        b"",
+    );
+    let nacked = Instant::now();
+    let again = consumer
+        .recv_timeout(Duration::from_secs(5))
+        .expect("redelivered");
+    assert_eq!(again.body_text(), "first");
+    assert!(
+        nacked.elapsed() >= Duration::from_millis(1800),
+        "redelivered after {:?}",
+        nacked.elapsed()
+    );
+    drop(consumer);
+
+    // A pause and the settings are stored: a restart finds both.
+    api.call("POST", "/api/queues/orders/pause", Some("admin"));
+    let broker = broker.restart();
+    let api = Api::new(broker.http.expect("HTTP listener"));
+    let restarted = api.json("/api/queues/orders");
+    assert_eq!(restarted["paused"], true);
+    assert_eq!(restarted["settings"]["redelivery_delay"], 2000);
+    assert_eq!(restarted["settings"]["dead_letter_address"], "parked");
+    let mut changed: Vec<String> =
+        serde_json::from_value(restarted["changed_settings"].clone()).unwrap();
+    changed.sort();
+    assert_eq!(
+        changed,
+        [
+            "dead_letter_address",
+            "exclusive",
+            "max_delivery_attempts",
+            "redelivery_delay"
+        ]
+    );
+
+    // null puts one back to the config's value.
+    let r = api.patch(
+        "/api/queues/orders",
+        Some("admin"),
+        r#"{"redelivery_delay": null}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let back: Value = r.json().unwrap();
+    assert_eq!(back["settings"]["redelivery_delay"], 0);
+    assert_eq!(back["settings"]["max_delivery_attempts"], 3);
+}
+
+#[test]
+fn queue_settings_changes_are_checked() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted("/queue/orders", "m", &[], "r1");
+    let path = "/api/queues/orders";
+    for (body, says) in [
+        (r#"{"colour": "red"}"#, "colour"),
+        (r#"{"colour": null}"#, "colour"),
+        (r#"{"redelivery_delay": "soon"}"#, "redelivery_delay"),
+        (r#"{"max_delivery_attempts": 0}"#, "max_delivery_attempts"),
+        (r#"{"max_delivery_attempts": "3"}"#, "max_delivery_attempts"),
+        (r#"{"default_message_delay": "2h"}"#, "max_message_delay"),
+        (r#"{"delay_headers": ["x-wait:ms"]}"#, "x-wait"),
+        (r#"[1, 2]"#, "JSON object"),
+        (r#"{"#, "JSON object"),
+    ] {
+        let message = assert_error(
+            api.patch(path, Some("admin"), body),
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+        );
+        assert!(message.contains(says), "{body}: {message}");
+    }
+    let message = assert_error(
+        api.patch(path, Some("admin"), r#"{"group_buckets": 8}"#),
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    assert!(message.contains("group_buckets"), "{message}");
+    assert_error(
+        api.patch(path, Some("auditor"), r#"{"exclusive": true}"#),
+        StatusCode::FORBIDDEN,
+        "forbidden",
+    );
+    assert_error(
+        api.patch(path, None, r#"{"exclusive": true}"#),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+    );
+    assert_error(
+        api.patch("/api/queues/nope", Some("admin"), r#"{"exclusive": true}"#),
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    // Nothing refused was applied.
+    assert_eq!(api.json(path)["changed_settings"], serde_json::json!([]));
+}

@@ -42,7 +42,8 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 export class Broker {
   // `extraConfig`: TOML appended to the config; `waitPorts`: more ports to wait for (extra
-  // listeners it declares); `http`: the management listener on a free port (`httpPort`).
+  // listeners it declares); `http`: serve the management listener on a free port
+  // (`this.httpPort`) instead of none.
   constructor({ extraConfig = '', waitPorts = [], http = false } = {}) {
     this.extraConfig = extraConfig;
     this.waitPorts = waitPorts;
@@ -73,7 +74,7 @@ export class Broker {
       'serve', '--config', config, '--data-dir', dataDir,
       '--stomp', `127.0.0.1:${this.port}`, '--amqp', `127.0.0.1:${this.amqpPort}`,
       // Never the default port: brokers of parallel suites would contend for it.
-      '--http', this.httpPort ? `127.0.0.1:${this.httpPort}` : 'off',
+      '--http', this.http ? `127.0.0.1:${this.httpPort}` : 'off',
       '--log', process.env.WEIR_LOG ?? 'info',
     ], { stdio: ['ignore', log, log] });
     let exited = null;
@@ -81,8 +82,8 @@ export class Broker {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
       if (exited !== null) throw new Error(`broker exited (${exited}) early:\n${this.logTail()}`);
-      const others = [...this.waitPorts, ...(this.httpPort ? [this.httpPort] : [])];
-      if (await canConnect(this.port) && (await Promise.all(others.map(canConnect))).every(Boolean)) {
+      const more = this.http ? [...this.waitPorts, this.httpPort] : this.waitPorts;
+      if (await canConnect(this.port) && (await Promise.all(more.map(canConnect))).every(Boolean)) {
         return this;
       }
       await sleep(50);

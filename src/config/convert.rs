@@ -6,22 +6,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::core::delay_headers::DelayHeader;
-use crate::core::memory::{default_global_max_size, AddressFullPolicy};
+use crate::core::memory::default_global_max_size;
 use crate::core::security::{
     CredentialError, Grants, Permissions, RoleNames, RoleSet, Secret, UserPolicy,
 };
-use crate::core::settings::{
-    AddressPattern, DelayOverMax, QueueSettings, QueueSettingsOverride, SettingsTable,
-};
+use crate::core::settings::{AddressPattern, QueueSettings, SettingsTable};
 
 use super::error::{ConfigError, KeyPath, Problem};
+use super::queue_settings::{check_resolved, settings_override};
 use super::raw::{
-    RawAcceptors, RawAddressFullPolicy, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory,
-    RawDelayOverMax, RawDuration, RawFsync, RawHttp, RawLimits, RawSecurity, RawSettings, RawSize,
-    RawStore, RawTimeLimit, RawTls, RawUser, RawWebSocket,
+    RawAcceptors, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory, RawDuration, RawFsync,
+    RawHttp, RawLimits, RawSecurity, RawSize, RawStore, RawTls, RawUser, RawWebSocket,
 };
-use super::units::{format_duration, parse_duration, parse_size};
+use super::units::{parse_duration, parse_size};
 use super::{
     Acceptors, Access, BrokerConfig, ClientAuth, Config, ConnectionFactory, ExternalUser,
     FsyncPolicy, Http, Limits, Listener, Security, StoreConfig, Tls, User, WebSocket,
@@ -842,150 +839,7 @@ fn refuse_grouping_handler() -> ConfigError {
     )
 }
 
-/// Converts one `[queue_defaults]`, `[address_settings.X]` or `[[queues]]` table.
-fn settings_override(
-    raw: &RawSettings,
-    key: &KeyPath,
-) -> Result<QueueSettingsOverride, ConfigError> {
-    let dur = |v: &Option<RawDuration>, field: &str| {
-        v.as_ref()
-            .map(|d| duration(d, &key.field(field)))
-            .transpose()
-    };
-    // Absent inherits; an explicit empty string clears the inherited value.
-    let optional_text = |v: &Option<String>| {
-        v.as_ref()
-            .map(|s| if s.is_empty() { None } else { Some(s.clone()) })
-    };
-    if let Some(m) = raw.redelivery_multiplier {
-        // Written so that NaN fails too.
-        if !(m >= 1.0 && m.is_finite()) {
-            return Err(ConfigError::key(
-                key.field("redelivery_multiplier"),
-                Problem::BelowMinimum(1.0),
-            ));
-        }
-    }
-    if let Some(b) = raw.group_buckets {
-        if b < -1 {
-            return Err(ConfigError::key(
-                key.field("group_buckets"),
-                Problem::BelowMinimum(-1.0),
-            ));
-        }
-    }
-    if raw.max_delivery_attempts == Some(0) {
-        return Err(ConfigError::key(
-            key.field("max_delivery_attempts"),
-            Problem::BelowMinimum(1.0),
-        ));
-    }
-    if raw.default_prefetch == Some(0) {
-        return Err(ConfigError::key(
-            key.field("default_prefetch"),
-            Problem::BelowMinimum(1.0),
-        ));
-    }
-    Ok(QueueSettingsOverride {
-        durable: raw.durable,
-        max_delivery_attempts: raw.max_delivery_attempts,
-        dead_letter_address: optional_text(&raw.dead_letter_address),
-        expiry_address: optional_text(&raw.expiry_address),
-        max_memory_messages: raw.max_memory_messages,
-        max_size_bytes: raw
-            .max_size_bytes
-            .as_ref()
-            .map(|limit| byte_limit(Some(limit), &key.field("max_size_bytes")))
-            .transpose()?,
-        address_full_policy: raw.address_full_policy.map(|p| match p {
-            RawAddressFullPolicy::Page => AddressFullPolicy::Page,
-            RawAddressFullPolicy::Block => AddressFullPolicy::Block,
-            RawAddressFullPolicy::Fail => AddressFullPolicy::Fail,
-            RawAddressFullPolicy::Drop => AddressFullPolicy::Drop,
-        }),
-        default_prefetch: raw.default_prefetch,
-        default_message_delay: dur(&raw.default_message_delay, "default_message_delay")?,
-        max_message_delay: dur(&raw.max_message_delay, "max_message_delay")?,
-        delay_over_max: raw.delay_over_max.map(|d| match d {
-            RawDelayOverMax::Reject => DelayOverMax::Reject,
-            RawDelayOverMax::Clamp => DelayOverMax::Clamp,
-        }),
-        delay_headers: raw
-            .delay_headers
-            .as_deref()
-            .map(|list| delay_headers(list, &key.field("delay_headers")))
-            .transpose()?,
-        redelivery_delay: dur(&raw.redelivery_delay, "redelivery_delay")?,
-        redelivery_multiplier: raw.redelivery_multiplier,
-        max_redelivery_delay: dur(&raw.max_redelivery_delay, "max_redelivery_delay")?,
-        group_rebalance: raw.group_rebalance,
-        group_rebalance_pause_dispatch: raw.group_rebalance_pause_dispatch,
-        group_buckets: raw.group_buckets,
-        group_first_key: optional_text(&raw.group_first_key),
-        consumers_before_dispatch: raw.consumers_before_dispatch,
-        delay_before_dispatch: raw
-            .delay_before_dispatch
-            .as_ref()
-            .map(|limit| match limit {
-                RawTimeLimit::Unlimited => Ok(None),
-                RawTimeLimit::Limit(d) => {
-                    duration(d, &key.field("delay_before_dispatch")).map(Some)
-                }
-            })
-            .transpose()?,
-        exclusive: raw.exclusive,
-        auto_create: raw.auto_create,
-    })
-}
-
-/// `delay_headers`: each `NAME:ms` or `NAME:s`, each name once.
-fn delay_headers(list: &[String], key: &KeyPath) -> Result<Vec<DelayHeader>, ConfigError> {
-    let mut headers: Vec<DelayHeader> = Vec::with_capacity(list.len());
-    for (i, text) in list.iter().enumerate() {
-        let header = DelayHeader::parse(text).map_err(|e| ConfigError::key(key.index(i), e))?;
-        if headers.iter().any(|h| h.name == header.name) {
-            return Err(ConfigError::key(
-                key.index(i),
-                Problem::Duplicate(header.name.to_string()),
-            ));
-        }
-        headers.push(header);
-    }
-    Ok(headers)
-}
-
-/// Checks between fields, on settings as a queue would see them.
-fn check_resolved(s: &QueueSettings, key: &KeyPath) -> Result<(), ConfigError> {
-    let pairs = [
-        (
-            "default_message_delay",
-            s.default_message_delay,
-            "max_message_delay",
-            s.max_message_delay,
-        ),
-        (
-            "redelivery_delay",
-            s.redelivery_delay,
-            "max_redelivery_delay",
-            s.max_redelivery_delay,
-        ),
-    ];
-    for (field, value, other, max) in pairs {
-        if value > max {
-            return Err(ConfigError::key(
-                key.field(field),
-                Problem::Exceeds {
-                    value: format_duration(value),
-                    other,
-                    other_value: format_duration(max),
-                },
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn duration(raw: &RawDuration, key: &KeyPath) -> Result<Duration, ConfigError> {
+pub(super) fn duration(raw: &RawDuration, key: &KeyPath) -> Result<Duration, ConfigError> {
     match raw {
         RawDuration::Millis(ms) => Ok(Duration::from_millis(*ms)),
         RawDuration::Text(t) => parse_duration(t).map_err(|e| ConfigError::key(key.clone(), e)),
@@ -1000,7 +854,7 @@ fn duration_or(
     raw.map_or(Ok(default), |d| duration(d, key))
 }
 
-fn ranged(
+pub(super) fn ranged(
     value: Option<u64>,
     default: u64,
     min: u64,
@@ -1018,7 +872,7 @@ fn ranged(
     }
 }
 
-fn ranged_size(
+pub(super) fn ranged_size(
     raw: Option<&RawSize>,
     default: u64,
     min: u64,
@@ -1036,7 +890,10 @@ fn ranged_size(
 }
 
 /// A byte limit: `None` for `-1`, else a size of at least one byte.
-fn byte_limit(raw: Option<&RawByteLimit>, key: &KeyPath) -> Result<Option<u64>, ConfigError> {
+pub(super) fn byte_limit(
+    raw: Option<&RawByteLimit>,
+    key: &KeyPath,
+) -> Result<Option<u64>, ConfigError> {
     match raw {
         None | Some(RawByteLimit::Default) => Ok(None),
         Some(RawByteLimit::Size(size)) => ranged_size(Some(size), 0, 1, u64::MAX, key).map(Some),

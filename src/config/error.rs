@@ -96,6 +96,16 @@ pub enum Problem {
 }
 
 impl ConfigError {
+    /// The error without its `config:` prefix, for a setting that did not come from
+    /// the file (a management API request).
+    pub fn reason(&self) -> String {
+        match self {
+            ConfigError::Key { key, problem } if key.as_str().is_empty() => problem.to_string(),
+            ConfigError::Key { key, problem } => format!("{key}: {problem}"),
+            other => other.to_string().trim_start_matches("config: ").to_owned(),
+        }
+    }
+
     pub(crate) fn key(key: KeyPath, problem: impl Into<Problem>) -> Self {
         ConfigError::Key {
             key,

@@ -7,6 +7,7 @@
 
 mod convert;
 mod error;
+mod queue_settings;
 mod raw;
 mod units;
 
@@ -23,6 +24,7 @@ use crate::core::settings::{QueueSettings, SettingsTable};
 use std::collections::HashMap;
 
 pub use error::{ConfigError, KeyPath, Problem};
+pub use queue_settings::{check_queue_settings, settings_change, SettingsChange};
 pub use units::{format_duration, parse_duration, parse_size, DurationError, SizeError};
 
 /// The configuration used when no file is given: `src/config/default.toml`.

@@ -16,7 +16,7 @@
 //! per link or subscription, not per message.
 
 use super::broker::{Broker, RoutingType, Subscription, TemporaryQueue};
-use super::consumer::{ConsumerOptions, DeliverySink};
+use super::consumer::{ConsumerOptions, ConsumerOwner, DeliverySink};
 use super::error::CoreError;
 use super::queue::Queue;
 use super::security::{Permission, Principal};
@@ -83,6 +83,7 @@ impl Broker {
             RoutingType::Anycast => {
                 self.open_queue(address, who)?;
                 self.subscribe(address, routing, options, sink)
+                    .map(|sub| described(sub, who))
             }
             RoutingType::Multicast => {
                 who.check(address, Permission::CreateNonDurableQueue)?;
@@ -91,7 +92,7 @@ impl Broker {
                 if let Some(slot) = slot {
                     sub.queue().set_owner(slot);
                 }
-                Ok(sub)
+                Ok(described(sub, who))
             }
         }
     }
@@ -122,7 +123,7 @@ impl Broker {
         if let Some(slot) = slot {
             sub.queue().set_owner(slot);
         }
-        Ok(sub)
+        Ok(described(sub, who))
     }
 
     /// [`Broker::delete_durable_subscription`] for a client: `delete_durable_queue` at
@@ -149,6 +150,17 @@ impl Broker {
         }
         Ok(temp)
     }
+}
+
+/// Tells the subscription's queue who attached its consumer, for management.
+fn described(sub: Subscription, who: &Principal) -> Subscription {
+    let owner = ConsumerOwner {
+        user: who.user().map(str::to_owned),
+        client_id: who.client_id().map(str::to_owned),
+        peer: who.peer(),
+    };
+    sub.queue().describe_consumer(sub.consumer(), owner);
+    sub
 }
 
 #[cfg(test)]

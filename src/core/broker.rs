@@ -10,12 +10,13 @@ use super::memory::{AddressFullPolicy, Budget};
 use super::message::{now_ms, Message, Value};
 use super::persist;
 use super::queue::{Diversion, Diverter, Queue};
+use super::queue_record::QueueRecord;
 use super::receipt::Receipt;
 use super::schedule::Schedule;
 use super::security::{Authenticator, Authorizer, Principal};
 use super::settings::{DelayOverMax, QueueSettings, SettingsTable};
 use crate::store::{Completion, Op, Store, StoreError};
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -148,8 +149,6 @@ impl Subscribers {
         }
     }
 }
-
-const QUEUE_RECORD_VERSION: u8 = 1;
 
 impl Broker {
     /// Opens the broker on a store, recovering the queues and messages in it.
@@ -289,7 +288,7 @@ impl Broker {
                 let id = self.inner.next_queue_id.fetch_add(1, Ordering::Relaxed);
                 self.inner.store.submit_detached(Op::PutQueue {
                     name: name.to_owned(),
-                    record: queue_record(id, None),
+                    record: QueueRecord::new(id, None).encode(),
                 });
                 let queue = self.new_queue(Arc::from(name), id, settings);
                 self.inner.queues_by_id.insert(id, queue.clone());
@@ -299,9 +298,14 @@ impl Broker {
         Ok(queue)
     }
 
+    /// Some queue may now block its producers (see [`Broker::may_block_producers`]).
+    pub(super) fn note_block_queue(&self) {
+        self.inner.has_block_queues.store(true, Ordering::Relaxed);
+    }
+
     fn new_queue(&self, name: Arc<str>, id: u32, settings: QueueSettings) -> Arc<Queue> {
         if settings.address_full_policy == AddressFullPolicy::Block {
-            self.inner.has_block_queues.store(true, Ordering::Relaxed);
+            self.note_block_queue();
         }
         let diverter: Weak<dyn Diverter> = self.inner.me.clone();
         Arc::new(Queue::new(
@@ -407,7 +411,7 @@ impl Broker {
             return Ok(Receipt::ready());
         }
         // In place: a message is a few hundred bytes, moved on every hand-over.
-        self.resolve_delay(&mut message, queue.settings())?;
+        self.resolve_delay(&mut message, &queue.settings())?;
         Ok(self.enqueue(queue, Arc::new(message), 0))
     }
 
@@ -452,7 +456,7 @@ impl Broker {
                 || !settings.default_message_delay.is_zero()
             {
                 // Not shared yet: no copy.
-                if let Err(e) = self.resolve_delay(Arc::make_mut(&mut message), settings) {
+                if let Err(e) = self.resolve_delay(Arc::make_mut(&mut message), &settings) {
                     results.push(Err(e));
                     continue;
                 }
@@ -618,7 +622,7 @@ impl Broker {
                 if durable {
                     self.inner.store.submit_detached(Op::PutQueue {
                         name: name.to_string(),
-                        record: queue_record(id, Some(topic)),
+                        record: QueueRecord::new(id, Some(topic)).encode(),
                     });
                 }
                 self.inner.queues.insert(name.clone(), queue.clone());
@@ -725,19 +729,19 @@ impl Broker {
         let mut by_id: HashMap<u32, Arc<Queue>> = HashMap::new();
         let mut max_id = 0;
         for recovered in store.queues()? {
-            let record = &recovered.record;
-            if record.len() < 5 || record[0] != QUEUE_RECORD_VERSION {
-                return Err(StoreError::Corrupt(recovered.name.into_bytes()).into());
-            }
-            let id = u32::from_be_bytes([record[1], record[2], record[3], record[4]]);
+            let record = QueueRecord::decode(&recovered.record)
+                .map_err(|_| StoreError::Corrupt(recovered.name.clone().into_bytes()))?;
+            let id = record.id;
             max_id = max_id.max(id);
             let name: Arc<str> = Arc::from(recovered.name.as_str());
-            // A durable subscription's record names its topic after the id.
-            let topic = (record.len() > 5)
-                .then(|| std::str::from_utf8(&record[5..]).ok())
-                .flatten();
-            let settings = self.settings_for(topic.unwrap_or(&name));
+            let topic = record.topic.as_deref();
+            let mut settings = self.settings_for(topic.unwrap_or(&name));
+            record.changes.settings.apply_to(&mut settings);
             let queue = self.new_queue(name.clone(), id, settings);
+            if record.changes.paused {
+                queue.pause(true);
+            }
+            queue.set_changes(record.changes);
             if let Some(topic) = topic {
                 self.bind_to_topic(topic, &queue);
             }
@@ -798,16 +802,6 @@ impl Broker {
         tracing::info!(queues = by_id.len(), messages = total, "recovered");
         Ok(())
     }
-}
-
-fn queue_record(id: u32, topic: Option<&str>) -> Bytes {
-    let mut record = BytesMut::with_capacity(5 + topic.map_or(0, str::len));
-    record.put_u8(QUEUE_RECORD_VERSION);
-    record.put_u32(id);
-    if let Some(topic) = topic {
-        record.put_slice(topic.as_bytes());
-    }
-    record.freeze()
 }
 
 pub(super) fn validate_name(name: &str) -> Result<(), CoreError> {

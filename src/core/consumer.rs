@@ -44,6 +44,20 @@ pub enum CreditMode {
 /// A filter a consumer applies to messages; implemented by JMS selectors.
 pub trait MessageFilter: Send + Sync + std::fmt::Debug {
     fn matches(&self, message: &Message) -> bool;
+
+    /// The filter as its client wrote it (a selector's text), for management.
+    fn text(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Who attached a consumer, as management shows it: what the client's
+/// principal says (the protocol's connection is found by its peer address).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConsumerOwner {
+    pub user: Option<String>,
+    pub client_id: Option<String>,
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Clone)]

@@ -88,6 +88,15 @@ impl DelayHeader {
         })
     }
 
+    /// `NAME:ms` or `NAME:s`, as written in the config and read by [`DelayHeader::parse`].
+    pub fn text(&self) -> String {
+        let unit = match self.unit {
+            DelayUnit::Millis => "ms",
+            DelayUnit::Seconds => "s",
+        };
+        format!("{}:{unit}", self.name)
+    }
+
     /// The delay a value asks for, in milliseconds: a non-negative integer, or text
     /// holding one. Anything else is not a delay. Saturates, so an absurd value
     /// meets `max_message_delay` like any other long delay.
@@ -146,6 +155,20 @@ impl DelayHeaderNames {
     pub fn contains(&self, name: &str) -> bool {
         name.as_bytes().first().is_some_and(|b| self.may_start(*b))
             && self.names.iter().any(|n| **n == *name)
+    }
+}
+
+/// Kept as its config text (a queue's settings changed at run time are stored).
+impl serde::Serialize for DelayHeader {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DelayHeader {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        DelayHeader::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 

@@ -45,6 +45,12 @@ pub enum CoreError {
     /// subscription's own queue) cannot be deleted on its own.
     #[error("queue '{queue}' is {what}; it goes with its owner")]
     NotDeletable { queue: String, what: &'static str },
+    /// Settings refused at run time (management API): what is wrong with them.
+    #[error("{0}")]
+    InvalidSettings(String),
+    /// Settings the queue cannot take in its present state.
+    #[error("{0}")]
+    SettingsConflict(#[from] crate::core::queue::SettingsConflict),
     /// The client's user has created as many queues as it may.
     #[error("{0}")]
     QueueLimit(#[from] crate::core::security::QueueLimit),

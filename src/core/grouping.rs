@@ -9,7 +9,8 @@ use std::sync::Arc;
 /// The group bindings of one queue.
 #[derive(Debug, Default)]
 pub struct GroupTable {
-    owner: FastMap<Arc<str>, ConsumerId>,
+    /// Each bound lane's owner, and since when (epoch ms) for management.
+    owner: FastMap<Arc<str>, (ConsumerId, u64)>,
     groups_per_consumer: FastMap<ConsumerId, usize>,
     /// `None` tracks every group; `Some(names)` hashes groups into these buckets.
     buckets: Option<Vec<Arc<str>>>,
@@ -49,18 +50,21 @@ impl GroupTable {
     }
 
     pub fn owner(&self, lane: &str) -> Option<ConsumerId> {
-        self.owner.get(lane).copied()
+        self.owner.get(lane).map(|(consumer, _)| *consumer)
     }
 
     pub fn bind(&mut self, lane: Arc<str>, consumer: ConsumerId) {
-        if let Some(previous) = self.owner.insert(lane, consumer) {
+        if let Some((previous, _)) = self
+            .owner
+            .insert(lane, (consumer, super::message::now_ms()))
+        {
             self.forget(previous);
         }
         *self.groups_per_consumer.entry(consumer).or_default() += 1;
     }
 
     pub fn unbind(&mut self, lane: &str) -> Option<ConsumerId> {
-        let previous = self.owner.remove(lane)?;
+        let (previous, _) = self.owner.remove(lane)?;
         self.forget(previous);
         Some(previous)
     }
@@ -73,7 +77,7 @@ impl GroupTable {
         let lanes: Vec<Arc<str>> = self
             .owner
             .iter()
-            .filter(|(_, owner)| **owner == consumer)
+            .filter(|(_, (owner, _))| *owner == consumer)
             .map(|(lane, _)| lane.clone())
             .collect();
         for lane in &lanes {
@@ -86,8 +90,36 @@ impl GroupTable {
     pub fn bindings(&self) -> Vec<(Arc<str>, ConsumerId)> {
         self.owner
             .iter()
-            .map(|(lane, owner)| (lane.clone(), *owner))
+            .map(|(lane, (owner, _))| (lane.clone(), *owner))
             .collect()
+    }
+
+    /// Every binding with the time (epoch ms) its owner took it, for management.
+    pub fn bindings_since(&self) -> impl Iterator<Item = (&Arc<str>, ConsumerId, u64)> + '_ {
+        self.owner
+            .iter()
+            .map(|(lane, (owner, since))| (lane, *owner, *since))
+    }
+
+    /// The lane a management request names: a group id, or with buckets a
+    /// bucket's name as [`GroupTable::display_name`] shows it.
+    pub fn lane_named(&self, name: &str) -> Option<Arc<str>> {
+        if let Some(buckets) = &self.buckets {
+            if let Some(bucket) = buckets.iter().find(|b| Self::display_name(b) == name) {
+                return Some(bucket.clone());
+            }
+        }
+        self.lane_of(&Arc::from(name))
+    }
+
+    /// A lane's name for people: the group id, or `bucket-N` for a bucket.
+    pub fn display_name(lane: &str) -> &str {
+        lane.strip_prefix('\u{0}').unwrap_or(lane)
+    }
+
+    /// Whether groups hash into buckets (`group_buckets` > 0).
+    pub fn has_buckets(&self) -> bool {
+        self.buckets.is_some()
     }
 
     pub fn group_count(&self, consumer: ConsumerId) -> usize {
@@ -146,5 +178,10 @@ mod tests {
             .collect();
         assert!(lanes.len() <= 4);
         assert_eq!(GroupTable::new(0).lane_of(&Arc::from("g")), None);
+        let lane = t.lane_of(&Arc::from("g7")).unwrap();
+        assert_eq!(t.lane_named("g7"), Some(lane.clone()));
+        let shown = GroupTable::display_name(&lane).to_owned();
+        assert!(shown.starts_with("bucket-"), "{shown}");
+        assert_eq!(t.lane_named(&shown), Some(lane));
     }
 }

@@ -5,8 +5,12 @@
 
 use super::broker::Broker;
 use super::error::CoreError;
+use super::memory::AddressFullPolicy;
 use super::queue::Queue;
+use super::queue_record::QueueRecord;
 use super::security::{Permission, Principal};
+use super::settings::{QueueSettings, QueueSettingsOverride};
+use crate::store::{Completion, Op};
 use std::sync::Arc;
 
 /// The address at which broker-wide management permissions are checked.
@@ -82,6 +86,88 @@ impl Broker {
         Ok(())
     }
 
+    /// Changes a queue's settings at run time: `change` edits the settings set on
+    /// this queue (over what the config gives it), `check` vets the settings the
+    /// queue would then have. The queue takes them at once (see
+    /// [`Queue::change_settings`]); the completion resolves once they are stored,
+    /// so a restart keeps them.
+    pub fn change_queue_settings_as(
+        &self,
+        name: &str,
+        who: &Principal,
+        change: impl FnOnce(&mut QueueSettingsOverride),
+        check: impl FnOnce(&QueueSettings) -> Result<(), String>,
+    ) -> Result<(Arc<Queue>, Completion), CoreError> {
+        let queue = self.manage_queue_as(name, who)?;
+        let mut changes = queue.changes();
+        let mut layer = changes.settings.clone();
+        change(&mut layer);
+        let mut settings = self.settings_for(settings_source(name));
+        layer.apply_to(&mut settings);
+        check(&settings).map_err(CoreError::InvalidSettings)?;
+        let names = self.delay_header_names();
+        if let Some(h) = settings
+            .delay_headers
+            .iter()
+            .find(|h| !names.contains(&h.name))
+        {
+            return Err(CoreError::InvalidSettings(format!(
+                "delay_headers: \"{}\" is read by no queue; protocols look only for names \
+                 the config lists, so add it to a delay_headers list in the config first",
+                h.name
+            )));
+        }
+        if settings.address_full_policy == AddressFullPolicy::Block {
+            self.note_block_queue();
+        }
+        queue.change_settings(settings)?;
+        changes.settings = layer;
+        let written = self.write_record(&queue, &changes);
+        drop(changes);
+        Ok((queue, written))
+    }
+
+    /// Pauses or resumes dispatch to the queue's consumers; stored, so a restart
+    /// keeps the queue paused.
+    pub fn pause_queue_as(
+        &self,
+        name: &str,
+        who: &Principal,
+        paused: bool,
+    ) -> Result<(Arc<Queue>, Completion), CoreError> {
+        let queue = self.manage_queue_as(name, who)?;
+        let mut changes = queue.changes();
+        queue.pause(paused);
+        changes.paused = paused;
+        let written = self.write_record(&queue, &changes);
+        drop(changes);
+        Ok((queue, written))
+    }
+
+    /// Stores the queue's record with its changes; queues that do not outlive the
+    /// broker (temporary queues, shared subscriptions' queues) have none.
+    fn write_record(
+        &self,
+        queue: &Queue,
+        changes: &super::queue_record::QueueChanges,
+    ) -> Completion {
+        let name = queue.name();
+        if name.starts_with("temp.") || name.contains("::shared::") {
+            return Completion::ready();
+        }
+        let record = QueueRecord {
+            id: queue.id(),
+            topic: name
+                .split_once("::durable::")
+                .map(|(topic, _)| topic.to_owned()),
+            changes: changes.clone(),
+        };
+        self.store().submit(Op::PutQueue {
+            name: name.to_string(),
+            record: record.encode(),
+        })
+    }
+
     /// `manage` at the queue's name: the queue, for purge, pause and resume.
     pub fn manage_queue_as(&self, name: &str, who: &Principal) -> Result<Arc<Queue>, CoreError> {
         let queue = self
@@ -96,4 +182,11 @@ impl Broker {
     pub fn disk_refusal(&self) -> Option<String> {
         self.store().disk_refusal().map(|e| e.to_string())
     }
+}
+
+/// The name a queue's configured settings come from: a durable subscription's
+/// queue takes its topic's.
+fn settings_source(name: &str) -> &str {
+    name.split_once("::durable::")
+        .map_or(name, |(topic, _)| topic)
 }

@@ -14,13 +14,13 @@
 
 use super::message::Message;
 use crate::store::MessageRecord;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// What a queue does with a new message while its budget, or the broker's,
 /// is full (Artemis's `address-full-policy`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum AddressFullPolicy {
     /// Write new messages to disk, in order, and read them back as consumers
     /// take them (the default).
@@ -81,10 +81,11 @@ pub fn footprint(message: &Message) -> u64 {
 /// their way to disk; the wait ends by itself, consumers or not.
 #[derive(Debug)]
 pub struct Budget {
-    /// `u64::MAX` when unlimited.
-    limit: u64,
-    low: u64,
-    write_allowance: u64,
+    /// `u64::MAX` when unlimited. The three limits are atomics only so a queue's
+    /// `max_size_bytes` can change at run time; they are read relaxed.
+    limit: AtomicU64,
+    low: AtomicU64,
+    write_allowance: AtomicU64,
     used: AtomicU64,
     writing: AtomicU64,
     full: AtomicBool,
@@ -96,22 +97,47 @@ pub struct Budget {
 impl Budget {
     /// A budget of `limit` bytes; `None` counts without limiting.
     pub fn new(limit: Option<u64>) -> Self {
-        let write_allowance = limit.map_or(u64::MAX, |l| (l / 40).max(1 << 20));
-        let limit = limit.unwrap_or(u64::MAX);
-        Budget {
-            limit,
-            low: limit - limit / 10,
-            write_allowance,
+        let budget = Budget {
+            limit: AtomicU64::new(u64::MAX),
+            low: AtomicU64::new(u64::MAX),
+            write_allowance: AtomicU64::new(u64::MAX),
             used: AtomicU64::new(0),
             writing: AtomicU64::new(0),
             full: AtomicBool::new(false),
             over: AtomicBool::new(false),
             room: Notify::new(),
+        };
+        budget.set_limit(limit);
+        budget
+    }
+
+    /// Changes the limit; what is charged now is measured against the new one
+    /// at once (producers waiting for room are woken when it is larger).
+    pub fn set_limit(&self, limit: Option<u64>) {
+        let write_allowance = limit.map_or(u64::MAX, |l| (l / 40).max(1 << 20));
+        let limit = limit.unwrap_or(u64::MAX);
+        self.write_allowance
+            .store(write_allowance, Ordering::SeqCst);
+        self.low.store(limit - limit / 10, Ordering::SeqCst);
+        self.limit.store(limit, Ordering::SeqCst);
+        let used = self.used.load(Ordering::SeqCst);
+        if used >= limit {
+            self.set(&self.full, &self.used, limit - limit / 10);
+        } else if used < limit - limit / 10 {
+            self.clear(&self.full);
+        }
+        if self.writing.load(Ordering::SeqCst) < write_allowance / 2 {
+            self.clear(&self.over);
         }
     }
 
+    fn raw_limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
     pub fn limit(&self) -> Option<u64> {
-        (self.limit != u64::MAX).then_some(self.limit)
+        let limit = self.raw_limit();
+        (limit != u64::MAX).then_some(limit)
     }
 
     pub fn used(&self) -> u64 {
@@ -133,13 +159,14 @@ impl Budget {
 
     fn charge(&self, bytes: u64, paging: bool) {
         let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
-        if now >= self.limit {
-            self.set(&self.full, &self.used, self.low);
+        if now >= self.raw_limit() {
+            self.set(&self.full, &self.used, self.low.load(Ordering::Relaxed));
         }
         if paging {
             let writing = self.writing.fetch_add(bytes, Ordering::SeqCst) + bytes;
-            if writing >= self.write_allowance {
-                self.set(&self.over, &self.writing, self.write_allowance / 2);
+            let allowance = self.write_allowance.load(Ordering::Relaxed);
+            if writing >= allowance {
+                self.set(&self.over, &self.writing, allowance / 2);
             }
         }
     }
@@ -161,12 +188,13 @@ impl Budget {
     fn release(&self, bytes: u64, paging: bool) {
         if paging {
             let writing = self.writing.fetch_sub(bytes, Ordering::SeqCst) - bytes;
-            if writing < self.write_allowance / 2 && self.over.load(Ordering::SeqCst) {
+            let allowance = self.write_allowance.load(Ordering::Relaxed);
+            if writing < allowance / 2 && self.over.load(Ordering::SeqCst) {
                 self.clear(&self.over);
             }
         }
         let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
-        if now < self.low && self.full.load(Ordering::SeqCst) {
+        if now < self.low.load(Ordering::Relaxed) && self.full.load(Ordering::SeqCst) {
             self.clear(&self.full);
         }
     }
@@ -184,7 +212,8 @@ impl Budget {
 pub struct QueueMemory {
     own: Budget,
     global: Arc<Budget>,
-    policy: AddressFullPolicy,
+    /// An [`AddressFullPolicy`] as its index, atomic so it can change at run time.
+    policy: AtomicU8,
     dropped: AtomicU64,
 }
 
@@ -197,7 +226,7 @@ impl QueueMemory {
         QueueMemory {
             own: Budget::new(max_size_bytes),
             global,
-            policy,
+            policy: AtomicU8::new(policy as u8),
             dropped: AtomicU64::new(0),
         }
     }
@@ -208,7 +237,21 @@ impl QueueMemory {
     }
 
     pub fn policy(&self) -> AddressFullPolicy {
-        self.policy
+        match self.policy.load(Ordering::Relaxed) {
+            x if x == AddressFullPolicy::Block as u8 => AddressFullPolicy::Block,
+            x if x == AddressFullPolicy::Fail as u8 => AddressFullPolicy::Fail,
+            x if x == AddressFullPolicy::Drop as u8 => AddressFullPolicy::Drop,
+            _ => AddressFullPolicy::Page,
+        }
+    }
+
+    /// A run-time change of the queue's `max_size_bytes` and policy. Producers
+    /// held by the old limit or by BLOCK go on once the new ones allow it.
+    pub fn reconfigure(&self, max_size_bytes: Option<u64>, policy: AddressFullPolicy) {
+        self.policy.store(policy as u8, Ordering::SeqCst);
+        self.own.set_limit(max_size_bytes);
+        // A producer waiting on BLOCK looks again under the new policy.
+        self.own.room.notify_waiters();
     }
 
     /// Bytes this queue's messages hold in memory.
@@ -235,7 +278,8 @@ impl QueueMemory {
     /// Whether the queue's bytes, or the broker's, passed half the limit.
     #[inline]
     pub fn is_half_full(&self) -> bool {
-        self.own.used() >= self.own.limit / 2 || self.global.used() >= self.global.limit / 2
+        self.own.used() >= self.own.raw_limit() / 2
+            || self.global.used() >= self.global.raw_limit() / 2
     }
 
     /// Whether the queue has room for about half its budget more: paging in
@@ -254,7 +298,7 @@ impl QueueMemory {
             .own
             .limit()
             .map_or(u64::MAX, |l| (l / 2).saturating_sub(self.own.used()));
-        let global = self.global.limit.saturating_sub(self.global.used());
+        let global = self.global.raw_limit().saturating_sub(self.global.used());
         own.min(global)
     }
 
@@ -263,7 +307,7 @@ impl QueueMemory {
     /// allowance: messages wait to be paged out faster than the disk takes them.
     #[inline]
     pub fn blocks_producers(&self) -> bool {
-        (self.policy == AddressFullPolicy::Block && self.is_full())
+        (self.policy.load(Ordering::Relaxed) == AddressFullPolicy::Block as u8 && self.is_full())
             || self.own.is_over()
             || self.global.is_over()
     }

@@ -7,7 +7,7 @@ use super::delay_headers::DelayHeader;
 use super::memory::AddressFullPolicy;
 
 /// What to do with a per-message delay above `max_message_delay`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum DelayOverMax {
     /// Refuse the message with a protocol error (the default).
     #[default]
@@ -91,70 +91,91 @@ impl Default for QueueSettings {
     }
 }
 
-/// A partial set of settings attached to an address pattern; `None` inherits.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct QueueSettingsOverride {
-    pub durable: Option<bool>,
-    pub max_delivery_attempts: Option<u32>,
-    pub dead_letter_address: Option<Option<String>>,
-    pub expiry_address: Option<Option<String>>,
-    pub max_memory_messages: Option<usize>,
-    pub max_size_bytes: Option<Option<u64>>,
-    pub address_full_policy: Option<AddressFullPolicy>,
-    pub default_prefetch: Option<u32>,
-    pub default_message_delay: Option<Duration>,
-    pub max_message_delay: Option<Duration>,
-    pub delay_over_max: Option<DelayOverMax>,
-    pub delay_headers: Option<Vec<DelayHeader>>,
-    pub redelivery_delay: Option<Duration>,
-    pub redelivery_multiplier: Option<f64>,
-    pub max_redelivery_delay: Option<Duration>,
-    pub group_rebalance: Option<bool>,
-    pub group_rebalance_pause_dispatch: Option<bool>,
-    pub group_buckets: Option<i32>,
-    pub group_first_key: Option<Option<String>>,
-    pub consumers_before_dispatch: Option<u32>,
-    pub delay_before_dispatch: Option<Option<Duration>>,
-    pub exclusive: Option<bool>,
-    pub auto_create: Option<bool>,
-}
+/// Declares [`QueueSettingsOverride`] from one list of the settings' names, so
+/// applying, merging, clearing and naming them cannot miss a field.
+macro_rules! settings_override {
+    ($($field:ident : $ty:ty),* $(,)?) => {
+        /// A partial set of settings attached to an address pattern, or changed on
+        /// one queue at run time; `None` inherits. Serialized when a queue's
+        /// run-time changes are stored with it.
+        #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(default)]
+        pub struct QueueSettingsOverride {
+            $(
+                #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "present")]
+                pub $field: Option<$ty>,
+            )*
+        }
 
-macro_rules! apply_overrides {
-    ($target:ident, $over:ident, $($field:ident),* $(,)?) => {
-        $( if let Some(v) = &$over.$field { $target.$field = v.clone(); } )*
+        impl QueueSettingsOverride {
+            /// Every setting's name, as in the config file.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            pub fn apply_to(&self, s: &mut QueueSettings) {
+                $( if let Some(v) = &self.$field { s.$field = v.clone(); } )*
+            }
+
+            /// Takes every setting `newer` sets, keeping the rest.
+            pub fn merge(&mut self, newer: &QueueSettingsOverride) {
+                $( if newer.$field.is_some() { self.$field = newer.$field.clone(); } )*
+            }
+
+            /// Back to inherited; false for a name that is no setting.
+            pub fn clear(&mut self, name: &str) -> bool {
+                match name {
+                    $( stringify!($field) => { self.$field = None; true } )*
+                    _ => false,
+                }
+            }
+
+            /// The names of the settings it sets.
+            pub fn names_set(&self) -> Vec<&'static str> {
+                let mut names = Vec::new();
+                $( if self.$field.is_some() { names.push(stringify!($field)); } )*
+                names
+            }
+
+            pub fn is_empty(&self) -> bool {
+                true $( && self.$field.is_none() )*
+            }
+        }
     };
 }
 
-impl QueueSettingsOverride {
-    pub fn apply_to(&self, s: &mut QueueSettings) {
-        apply_overrides!(
-            s,
-            self,
-            durable,
-            max_delivery_attempts,
-            dead_letter_address,
-            expiry_address,
-            max_memory_messages,
-            max_size_bytes,
-            address_full_policy,
-            default_prefetch,
-            default_message_delay,
-            max_message_delay,
-            delay_over_max,
-            delay_headers,
-            redelivery_delay,
-            redelivery_multiplier,
-            max_redelivery_delay,
-            group_rebalance,
-            group_rebalance_pause_dispatch,
-            group_buckets,
-            group_first_key,
-            consumers_before_dispatch,
-            delay_before_dispatch,
-            exclusive,
-            auto_create,
-        );
-    }
+/// A stored setting is one that was set, even when its value is `null` (no
+/// dead-letter address): serde alone would read that back as "inherit".
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+settings_override! {
+    durable: bool,
+    max_delivery_attempts: u32,
+    dead_letter_address: Option<String>,
+    expiry_address: Option<String>,
+    max_memory_messages: usize,
+    max_size_bytes: Option<u64>,
+    address_full_policy: AddressFullPolicy,
+    default_prefetch: u32,
+    default_message_delay: Duration,
+    max_message_delay: Duration,
+    delay_over_max: DelayOverMax,
+    delay_headers: Vec<DelayHeader>,
+    redelivery_delay: Duration,
+    redelivery_multiplier: f64,
+    max_redelivery_delay: Duration,
+    group_rebalance: bool,
+    group_rebalance_pause_dispatch: bool,
+    group_buckets: i32,
+    group_first_key: Option<String>,
+    consumers_before_dispatch: u32,
+    delay_before_dispatch: Option<Duration>,
+    exclusive: bool,
+    auto_create: bool,
 }
 
 /// An address pattern: words separated by `.`, `*` matches one word, `#` any

@@ -378,7 +378,7 @@ fn check_send(
             if queue.is_deleted() {
                 return Err(CoreError::NotFound(queue.name().to_string()));
             }
-            broker.resolve_delay(message, queue.settings())?;
+            broker.resolve_delay(message, &queue.settings())?;
             Ok(Checked::Queue(queue))
         }
         Target::Routed(RoutingType::Anycast) => match broker.queue(&message.address) {

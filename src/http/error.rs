@@ -78,7 +78,10 @@ impl From<CoreError> for ApiError {
         match e {
             CoreError::Denied(_) => ApiError::Forbidden(message),
             CoreError::NotFound(name) => ApiError::NotFound(format!("no queue named '{name}'")),
-            CoreError::InvalidAddress(_) => ApiError::BadRequest(message),
+            CoreError::InvalidAddress(_) | CoreError::InvalidSettings(_) => {
+                ApiError::BadRequest(message)
+            }
+            CoreError::SettingsConflict(_) => ApiError::Conflict(message),
             CoreError::QueueInUse { .. }
             | CoreError::NotDeletable { .. }
             | CoreError::QueueLimit(_) => ApiError::Conflict(message),

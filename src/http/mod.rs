@@ -11,9 +11,13 @@
 mod auth;
 mod broker_info;
 mod connections;
+mod console;
 mod error;
+mod groups;
 mod health;
+mod messages;
 mod metrics;
+mod queue_settings;
 mod queues;
 mod schedule;
 mod state;
@@ -35,7 +39,8 @@ const OPENAPI: &str = include_str!("openapi.json");
 type Shared = Arc<Management>;
 
 /// Every route the API serves: method, path, handler. The router is built from this
-/// table, and the OpenAPI test reads the same table.
+/// table, and the OpenAPI test reads the same table. The web console's pages under
+/// `/console/` are not API and not in this table (see [`console`]).
 fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
     vec![
         ("GET", "/health/live", get(health::live)),
@@ -47,9 +52,48 @@ fn routes() -> Vec<(&'static str, &'static str, MethodRouter<Shared>)> {
         ("GET", "/api/queues/{name}", get(queues::detail)),
         ("PUT", "/api/queues/{name}", put(queues::create)),
         ("DELETE", "/api/queues/{name}", delete(queues::delete)),
+        ("PATCH", "/api/queues/{name}", patch(queue_settings::change)),
         ("POST", "/api/queues/{name}/purge", post(queues::purge)),
         ("POST", "/api/queues/{name}/pause", post(queues::pause)),
         ("POST", "/api/queues/{name}/resume", post(queues::resume)),
+        ("GET", "/api/queues/{name}/messages", get(messages::browse)),
+        ("POST", "/api/queues/{name}/messages", post(messages::send)),
+        (
+            "GET",
+            "/api/queues/{name}/messages/{id}",
+            get(messages::view),
+        ),
+        (
+            "DELETE",
+            "/api/queues/{name}/messages/{id}",
+            delete(messages::delete),
+        ),
+        (
+            "POST",
+            "/api/queues/{name}/messages/move",
+            post(messages::move_to),
+        ),
+        (
+            "POST",
+            "/api/queues/{name}/messages/copy",
+            post(messages::copy_to),
+        ),
+        ("GET", "/api/queues/{name}/groups", get(groups::list)),
+        (
+            "DELETE",
+            "/api/queues/{name}/groups",
+            delete(groups::reset_all),
+        ),
+        (
+            "DELETE",
+            "/api/queues/{name}/groups/{group}",
+            delete(groups::reset),
+        ),
+        (
+            "GET",
+            "/api/queues/{name}/consumers",
+            get(groups::consumers),
+        ),
         ("GET", "/api/schedule", get(schedule::list)),
         ("GET", "/api/schedule/timeline", get(schedule::timeline)),
         ("GET", "/api/schedule/{id}", get(schedule::view)),
@@ -75,6 +119,7 @@ pub fn router(management: Shared) -> Router {
         .fold(Router::new(), |router, (_, path, handler)| {
             router.route(path, handler)
         })
+        .merge(console::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(management)

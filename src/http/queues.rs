@@ -2,6 +2,7 @@
 
 use super::auth::Caller;
 use super::error::ApiError;
+use super::queue_settings::settings_json;
 use crate::core::manage::Created;
 use crate::core::queue::{Queue, QueueStats, Totals};
 use crate::core::security::Permission;
@@ -35,7 +36,10 @@ pub struct QueueInfo {
     consumers: usize,
     groups: usize,
     totals: TotalsInfo,
-    settings: SettingsInfo,
+    /// Every setting the queue has now, with the config file's keys and values.
+    settings: serde_json::Map<String, serde_json::Value>,
+    /// The settings changed on this queue at run time (the rest come from the config).
+    changed_settings: Vec<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -60,36 +64,24 @@ struct TotalsInfo {
     dropped: u64,
 }
 
-#[derive(Serialize)]
-struct SettingsInfo {
-    durable: bool,
-    max_delivery_attempts: u32,
-    dead_letter_address: Option<String>,
-    expiry_address: Option<String>,
-    max_memory_messages: usize,
-    max_size_bytes: Option<u64>,
-    address_full_policy: &'static str,
-    default_prefetch: u32,
-    default_message_delay_ms: u128,
-    max_message_delay_ms: u128,
-    redelivery_delay_ms: u128,
-    exclusive: bool,
-    group_buckets: i32,
-    consumers_before_dispatch: u32,
-    auto_create: bool,
-}
-
 impl QueueInfo {
-    fn of(queue: &Queue) -> Self {
+    pub(super) fn of(queue: &Queue) -> Self {
         Self::from_parts(
             queue.name(),
             queue.stats(),
             queue.totals(),
-            queue.settings(),
+            &queue.settings(),
+            queue.changes().settings.names_set(),
         )
     }
 
-    fn from_parts(name: &str, s: QueueStats, t: Totals, settings: &QueueSettings) -> Self {
+    fn from_parts(
+        name: &str,
+        s: QueueStats,
+        t: Totals,
+        settings: &QueueSettings,
+        changed_settings: Vec<&'static str>,
+    ) -> Self {
         QueueInfo {
             name: name.to_owned(),
             paused: s.paused,
@@ -111,23 +103,8 @@ impl QueueInfo {
                 redelivered: t.redelivered,
                 dropped: s.dropped,
             },
-            settings: SettingsInfo {
-                durable: settings.durable,
-                max_delivery_attempts: settings.max_delivery_attempts,
-                dead_letter_address: settings.dead_letter_address.clone(),
-                expiry_address: settings.expiry_address.clone(),
-                max_memory_messages: settings.max_memory_messages,
-                max_size_bytes: settings.max_size_bytes,
-                address_full_policy: settings.address_full_policy.name(),
-                default_prefetch: settings.default_prefetch,
-                default_message_delay_ms: settings.default_message_delay.as_millis(),
-                max_message_delay_ms: settings.max_message_delay.as_millis(),
-                redelivery_delay_ms: settings.redelivery_delay.as_millis(),
-                exclusive: settings.exclusive,
-                group_buckets: settings.group_buckets,
-                consumers_before_dispatch: settings.consumers_before_dispatch,
-                auto_create: settings.auto_create,
-            },
+            settings: settings_json(settings),
+            changed_settings,
         }
     }
 }
@@ -279,14 +256,22 @@ pub async fn purge(caller: Caller, Path(name): Path<String>) -> Result<Json<Purg
 }
 
 pub async fn pause(caller: Caller, Path(name): Path<String>) -> Result<Json<QueueInfo>, ApiError> {
-    let queue = manageable(&caller, &name)?;
-    queue.pause(true);
-    Ok(Json(QueueInfo::of(&queue)))
+    set_paused(caller, &name, true).await
 }
 
 pub async fn resume(caller: Caller, Path(name): Path<String>) -> Result<Json<QueueInfo>, ApiError> {
-    let queue = manageable(&caller, &name)?;
-    queue.pause(false);
+    set_paused(caller, &name, false).await
+}
+
+/// Answered once stored: a paused queue stays paused across a restart.
+async fn set_paused(caller: Caller, name: &str, paused: bool) -> Result<Json<QueueInfo>, ApiError> {
+    let (queue, written) = caller
+        .broker
+        .pause_queue_as(name, &caller.principal, paused)
+        .map_err(|e| caller.refusal(e))?;
+    written.wait().await.map_err(|e| {
+        ApiError::Unavailable(format!("the change applies but was not stored: {e}"))
+    })?;
     Ok(Json(QueueInfo::of(&queue)))
 }
 

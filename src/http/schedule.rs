@@ -57,7 +57,7 @@ fn may_view(caller: &Caller, queue: Option<&str>) -> Result<(), ApiError> {
 
 /// The query parameters of a request, each known key at most once; anything else is
 /// refused, so a typo does not pass for "no filter".
-fn pairs(raw: Option<&str>, known: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
+pub(super) fn pairs(raw: Option<&str>, known: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
     let mut out: Vec<(String, String)> = Vec::new();
     for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));

@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
+pub use crate::core::consumer::ConsumerOwner;
+
 pub struct Slot {
     pub id: ConsumerId,
     pub sink: DeliverySink,
@@ -35,6 +37,8 @@ pub struct Slot {
     /// cannot expire) it was found not to match, so a consumer starved for
     /// many passes does not read them again each pass.
     pub passed_heads: FastSet<u64>,
+    /// Who attached it, for management; set after it is added.
+    pub owner: Option<Arc<ConsumerOwner>>,
 }
 
 impl Slot {
@@ -168,14 +172,27 @@ impl Consumers {
             self.active -= 1;
         }
         if self.exclusive == Some(id) {
-            self.exclusive = self
-                .order
-                .values()
-                .map(|&i| self.slot(i))
-                .find(|s| !s.is_browser())
-                .map(|s| s.id);
+            self.exclusive = self.first_active();
         }
         true
+    }
+
+    /// The consumer with the highest priority, the earliest among equals.
+    fn first_active(&self) -> Option<ConsumerId> {
+        self.order
+            .values()
+            .map(|&i| self.slot(i))
+            .find(|s| !s.is_browser())
+            .map(|s| s.id)
+    }
+
+    /// The queue became exclusive (the consumer an exclusive queue would move to
+    /// now takes it) or stopped being exclusive (every consumer receives again).
+    pub fn set_exclusive(&mut self, exclusive_queue: bool) {
+        self.exclusive = match exclusive_queue {
+            true => self.exclusive.or_else(|| self.first_active()),
+            false => None,
+        };
     }
 
     /// Whether `id` may be given messages now (an exclusive queue gives them
@@ -254,6 +271,7 @@ mod tests {
             in_flight_bytes: 0,
             scanned_to: 0,
             passed_heads: FastSet::default(),
+            owner: None,
         }
     }
 

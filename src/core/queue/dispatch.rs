@@ -70,7 +70,7 @@ impl Queue {
         after: &mut AfterUnlock,
     ) -> (Completion, Placed) {
         self.counters.enqueued();
-        let durable = message.durable || self.settings.durable;
+        let durable = message.durable || st.settings.durable;
         let seq = st.next_seq;
         st.next_seq += 1;
         let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
@@ -79,7 +79,7 @@ impl Queue {
             seq,
         };
         let memory_full =
-            st.ready.len() >= self.settings.max_memory_messages || self.memory.is_full();
+            st.ready.len() >= st.settings.max_memory_messages || self.memory.is_full();
         if st.backlog.has_lane(&lane) || (memory_full && !self.admits_now(st, &lane, &message)) {
             let owner = st.owner_of(&lane);
             st.backlog.push(lane, seq, owner);
@@ -142,7 +142,7 @@ impl Queue {
     /// in memory past the limit (it leaves again at once): the in-memory
     /// window always admits what can be dispatched.
     fn admits_now(&self, st: &State, lane: &LaneKey, message: &Message) -> bool {
-        if !st.gate.is_open(&self.settings) {
+        if !st.gate.is_open(&st.settings) {
             return false;
         }
         let owner = match lane {
@@ -152,7 +152,7 @@ impl Queue {
         };
         // Ready messages may claim that credit first (a batch placed before
         // its dispatch pass): admit no more than the credit over the limit.
-        let over = st.ready.len() - self.settings.max_memory_messages.min(st.ready.len());
+        let over = st.ready.len() - st.settings.max_memory_messages.min(st.ready.len());
         st.consumers.iter().any(|s| {
             s.credit as usize > over
                 && !s.is_browser()
@@ -168,7 +168,7 @@ impl Queue {
         let waiting = st.waiting_count();
         st.flow.drained(
             waiting,
-            self.settings.max_memory_messages,
+            st.settings.max_memory_messages,
             gone,
             &mut after.released,
         );
@@ -186,7 +186,7 @@ impl Queue {
             return;
         }
         let active = st.consumers.active();
-        if !st.gate.allows(&self.settings, active) {
+        if !st.gate.allows(&st.settings, active) {
             return;
         }
         // Read the clock only for a message that can expire: most cannot, and
@@ -365,8 +365,8 @@ impl Queue {
         owner: ConsumerId,
         message: &Message,
     ) -> Option<usize> {
-        if self.settings.exclusive
-            || self.settings.consumers_before_dispatch > 0
+        if st.settings.exclusive
+            || st.settings.consumers_before_dispatch > 0
             || st.gate.is_paused()
             || self.is_deleted()
             || st.ready.has_lane(lane)
@@ -383,7 +383,7 @@ impl Queue {
     /// Keeps about half the memory limit of messages anyone may take in
     /// memory: the oldest lanes on disk that are not bound to a consumer.
     fn refill(&self, st: &mut State, after: &mut AfterUnlock) {
-        let target = (self.settings.max_memory_messages / 2).max(1);
+        let target = (st.settings.max_memory_messages / 2).max(1);
         // Within the byte limits too: a consumer's own reads (`read_for`)
         // are bounded by its credit and what it holds in flight instead.
         while st.ready.len() < target && self.memory.has_headroom() {
@@ -421,14 +421,14 @@ impl Queue {
         // Without a filter a consumer takes what it reads at once (a lane
         // read from disk is never one it refused), so its credit bounds the
         // memory; with one, what it reads may not match: a ceiling bounds it.
-        let ceiling = self.settings.max_memory_messages.max(1) * MEMORY_CEILING;
+        let ceiling = st.settings.max_memory_messages.max(1) * MEMORY_CEILING;
         if filtered && st.ready.len() >= ceiling {
             return 0;
         }
         let Some(lane) = st.backlog.next_lane(Some(consumer), |l| is_held(st, l)) else {
             return 0;
         };
-        let half = (self.settings.max_memory_messages / 2).max(1);
+        let half = (st.settings.max_memory_messages / 2).max(1);
         let mut want = credit.clamp(1, half);
         if filtered {
             want = want.min(ceiling - st.ready.len());

@@ -48,6 +48,31 @@ impl DispatchGate {
     }
 
     /// The queue has no consumers left: the next ones wait again.
+    /// The queue's `consumers_before_dispatch` or `delay_before_dispatch` changed
+    /// while `consumers` are attached. A queue that was dispatching goes on (the
+    /// gate closes again only when everyone leaves, as for any open gate); one
+    /// that was waiting waits under the new rule, its delay counted from now if
+    /// no consumer had started it. Returns when to look again.
+    pub fn reconfigured(
+        &mut self,
+        old: &QueueSettings,
+        new: &QueueSettings,
+        consumers: usize,
+        now: Instant,
+    ) -> Option<Instant> {
+        if consumers == 0 {
+            return None;
+        }
+        if old.consumers_before_dispatch == 0 {
+            self.open = true;
+        }
+        if self.open || new.consumers_before_dispatch == 0 {
+            return None;
+        }
+        let first = *self.first_at.get_or_insert(now);
+        dispatch_delay(new).map(|d| first + d)
+    }
+
     pub fn all_consumers_left(&mut self) {
         self.open = false;
         self.first_at = None;

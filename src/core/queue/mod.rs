@@ -15,16 +15,21 @@ mod dispatch;
 mod effects;
 mod flow;
 mod gate;
+mod inspect;
 #[cfg(test)]
 mod model;
+mod overview;
 mod pending_acks;
 mod priority_fifo;
 pub mod ready;
 mod rebalance;
+mod reconfigure;
 mod redelivery;
 mod settle;
 
 pub use counters::Totals;
+pub use inspect::{MessagePage, MessageState, QueuedMessage, Taken, Untaken};
+pub use overview::{ConsumerInfo, GroupInfo};
 pub use pending_acks::PendingAcks;
 
 use self::backlog::Backlog;
@@ -34,6 +39,7 @@ use self::effects::AfterUnlock;
 use self::flow::Flow;
 use self::gate::DispatchGate;
 use self::ready::{Entry, ReadySet};
+pub use self::reconfigure::SettingsConflict;
 use self::redelivery::Waiting;
 use super::consumer::{ConsumerId, ConsumerOptions, CreditMode, DeliverySink};
 use super::fast_map::FastMap;
@@ -41,8 +47,10 @@ use super::grouping::GroupTable;
 use super::memory::{Budget, QueueMemory};
 use super::message::Message;
 use super::persist;
+use super::queue_record::QueueChanges;
 use super::settings::QueueSettings;
 use crate::store::{Completion, MessageKey, Op, Store};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -88,6 +96,8 @@ struct InFlight {
 }
 
 struct State {
+    /// The queue's settings, replaced whole when they change.
+    settings: Arc<QueueSettings>,
     next_seq: u64,
     ready: ReadySet,
     groups: GroupTable,
@@ -144,7 +154,9 @@ const PAUSED: ConsumerId = ConsumerId::MAX;
 pub struct Queue {
     name: Arc<str>,
     id: u32,
-    settings: QueueSettings,
+    /// For readers outside the state lock (senders, the broker); the queue's own
+    /// decisions read the copy in [`State`], taken under the same lock.
+    settings: ArcSwap<QueueSettings>,
     store: Store,
     diverter: Weak<dyn Diverter>,
     memory: Arc<QueueMemory>,
@@ -155,6 +167,8 @@ pub struct Queue {
     owner: std::sync::OnceLock<crate::core::security::QueueSlot>,
     /// Totals since start; see [`counters`].
     counters: Counters,
+    /// What management changed on the queue at run time, as stored in its record.
+    changes: parking_lot::Mutex<QueueChanges>,
     state: StateLock,
 }
 
@@ -186,17 +200,20 @@ impl Queue {
             settings.address_full_policy,
             global_memory,
         ));
+        let settings = Arc::new(settings);
         Self {
             name,
             id,
-            settings,
+            settings: ArcSwap::new(settings.clone()),
             store,
             diverter,
             memory,
             deleted: AtomicBool::new(false),
             owner: std::sync::OnceLock::new(),
             counters: Counters::default(),
+            changes: parking_lot::Mutex::new(QueueChanges::default()),
             state: StateLock(std::sync::Mutex::new(State {
+                settings,
                 next_seq: 1,
                 ready: ReadySet::default(),
                 groups,
@@ -235,8 +252,18 @@ impl Queue {
         self.id
     }
 
-    pub fn settings(&self) -> &QueueSettings {
-        &self.settings
+    /// The settings now; they may change at run time (see [`Queue::change_settings`]).
+    pub fn settings(&self) -> arc_swap::Guard<Arc<QueueSettings>> {
+        self.settings.load()
+    }
+
+    /// What management changed on the queue (see [`crate::core::queue_record`]).
+    pub fn changes(&self) -> parking_lot::MutexGuard<'_, QueueChanges> {
+        self.changes.lock()
+    }
+
+    pub(crate) fn set_changes(&self, changes: QueueChanges) {
+        *self.changes.lock() = changes;
     }
 
     /// The queue's memory account: its bytes, its limits and its policy.
@@ -402,7 +429,7 @@ impl Queue {
         if st.consumers.active() == 0 || !st.backlog.is_empty() || browsing {
             return usize::MAX;
         }
-        let half = self.settings.max_memory_messages / 2;
+        let half = st.settings.max_memory_messages / 2;
         let takers = st.consumers.idle_credit().min(half.max(1));
         half.saturating_sub(st.ready.len()).max(takers)
     }
@@ -456,7 +483,8 @@ impl Queue {
     ) -> ConsumerId {
         let mut after = AfterUnlock::default();
         {
-            let mut st = self.state.lock();
+            let mut guard = self.state.lock();
+            let st = &mut *guard;
             let credit = match options.credit {
                 CreditMode::Window(n) => n,
                 CreditMode::Explicit => 0,
@@ -474,18 +502,19 @@ impl Queue {
                     in_flight_bytes: 0,
                     scanned_to: 0,
                     passed_heads: Default::default(),
+                    owner: None,
                 },
-                self.settings.exclusive,
+                st.settings.exclusive,
             );
             if !options.browse {
                 let now = std::time::Instant::now();
                 let active = st.consumers.active();
-                after.dispatch_at = st.gate.consumer_added(&self.settings, active, now);
-                if self.settings.group_rebalance {
-                    self.rebalance(&mut st);
+                after.dispatch_at = st.gate.consumer_added(&st.settings, active, now);
+                if st.settings.group_rebalance {
+                    self.rebalance(st);
                 }
             }
-            self.dispatch(&mut st, &mut after);
+            self.dispatch(st, &mut after);
         }
         self.finish(after);
         id
@@ -621,7 +650,7 @@ impl Queue {
         let (completion, watch) = st.flow.hold_back(
             completion,
             waiting,
-            self.settings.max_memory_messages,
+            st.settings.max_memory_messages,
             has_consumers,
         );
         after.watch_held |= watch;

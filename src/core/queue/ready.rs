@@ -245,6 +245,40 @@ impl ReadySet {
         Some(entry)
     }
 
+    /// Removes the message `seq` wherever it waits (management deletes or
+    /// moves it); `owner` is its lane's owner. A lane held back by a
+    /// redelivery delay stays held.
+    pub fn remove(&mut self, seq: u64, owner: Option<ConsumerId>) -> Option<Entry> {
+        let (lane, key) = self
+            .entries_after(seq.saturating_sub(1))
+            .find(|e| e.seq == seq)
+            .map(|e| (e.lane.clone(), key_of(e)))?;
+        let entry = match lane {
+            None => self.ungrouped.remove(&key)?,
+            Some(lane) => {
+                let entries = self.lanes.get_mut(&lane)?;
+                let at = entries.iter().position(|e| e.seq == seq)?;
+                let entry = entries.remove(at)?;
+                let next = entries.front().map(key_of);
+                if next.is_none() {
+                    self.lanes.remove(&lane);
+                }
+                let held = self.is_held(&lane);
+                if at == 0 {
+                    let heads = self.heads_mut(owner);
+                    heads.remove(&(key, lane.clone()));
+                    if let (Some(next), false) = (next, held) {
+                        heads.insert((next, lane));
+                    }
+                }
+                entry
+            }
+        };
+        self.len -= 1;
+        self.bytes = self.bytes.saturating_sub(entry.message.weight());
+        Some(entry)
+    }
+
     /// Moves a lane's head between owners when its binding changes.
     pub fn rebind(&mut self, lane: &Arc<str>, from: Option<ConsumerId>, to: Option<ConsumerId>) {
         if let Some(key) = self.lane_head_key(lane) {
@@ -392,6 +426,31 @@ mod tests {
             avoid: None,
             charge: Charge::none(),
         }
+    }
+
+    #[test]
+    fn a_message_removed_from_the_middle_or_the_head_leaves_the_rest_in_order() {
+        let mut set = ReadySet::default();
+        for (seq, lane) in [
+            (1, Some("g")),
+            (2, None),
+            (3, Some("g")),
+            (4, None),
+            (5, Some("g")),
+        ] {
+            set.push(entry(seq, lane, 4), None);
+        }
+        assert_eq!(set.remove(3, None).map(|e| e.seq), Some(3));
+        assert_eq!(set.remove(2, None).map(|e| e.seq), Some(2));
+        assert_eq!(set.remove(1, None).map(|e| e.seq), Some(1));
+        assert!(set.remove(1, None).is_none());
+        assert_eq!(set.len(), 2);
+        let mut order = Vec::new();
+        while let Some(pick) = set.pick_for(7) {
+            order.push(set.take(&pick, None).map(|e| e.seq));
+        }
+        assert_eq!(order, [Some(4), Some(5)]);
+        assert!(set.is_empty());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 impl Queue {
     pub(super) fn rebalance(&self, st: &mut State) {
-        let pause = self.settings.group_rebalance_pause_dispatch;
+        let pause = st.settings.group_rebalance_pause_dispatch;
         let mut busy: FastMap<Arc<str>, u32> = FastMap::default();
         if pause {
             for flight in st.in_flight.values() {

@@ -41,6 +41,18 @@ impl Waiting {
         (due.into_values().collect(), self.armed)
     }
 
+    /// Every waiting entry with its due time (epoch ms), in due order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Entry)> + '_ {
+        self.entries.iter().map(|((due, _), entry)| (*due, entry))
+    }
+
+    /// Takes the entry `seq` out (management deletes or moves it). The wake-up
+    /// set for it stays: waking to nothing is harmless.
+    pub fn remove(&mut self, seq: u64) -> Option<Entry> {
+        let key = *self.entries.keys().find(|(_, s)| *s == seq)?;
+        self.entries.remove(&key)
+    }
+
     pub fn drain_all(&mut self) -> Vec<Entry> {
         self.armed = None;
         std::mem::take(&mut self.entries).into_values().collect()
@@ -77,6 +89,21 @@ mod tests {
         assert_eq!(due.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![3, 1]);
         assert_eq!(next, Some(300));
         assert_eq!(w.len(), 1);
+    }
+
+    #[test]
+    fn a_removed_entry_is_not_released() {
+        let mut w = Waiting::default();
+        w.add(200, entry(1));
+        w.add(100, entry(2));
+        assert_eq!(
+            w.iter().map(|(due, e)| (due, e.seq)).collect::<Vec<_>>(),
+            [(100, 2), (200, 1)]
+        );
+        assert_eq!(w.remove(2).map(|e| e.seq), Some(2));
+        assert!(w.remove(2).is_none());
+        let (due, _) = w.take_due(1_000);
+        assert_eq!(due.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1]);
     }
 
     #[test]

@@ -206,8 +206,8 @@ impl Queue {
         if how == Release::Unused || how == Release::NotHere {
             entry.delivery_count = entry.delivery_count.saturating_sub(1);
         }
-        let attempts_exhausted = self.settings.max_delivery_attempts > 0
-            && entry.delivery_count >= self.settings.max_delivery_attempts;
+        let attempts_exhausted = st.settings.max_delivery_attempts > 0
+            && entry.delivery_count >= st.settings.max_delivery_attempts;
         if how == Release::Reject || (how == Release::Failed && attempts_exhausted) {
             self.forget(&entry);
             after.diverted.push((entry.message, Diversion::DeadLetter));
@@ -217,8 +217,8 @@ impl Queue {
             self.counters.redelivered();
         }
         let owner = st.owner_of(&entry.lane);
-        if how == Release::Failed && !self.settings.redelivery_delay.is_zero() {
-            let due = now_ms() + redelivery::delay_ms(&self.settings, entry.delivery_count);
+        if how == Release::Failed && !st.settings.redelivery_delay.is_zero() {
+            let due = now_ms() + redelivery::delay_ms(&st.settings, entry.delivery_count);
             if let Some(lane) = &entry.lane {
                 st.ready.hold_lane(lane, owner);
             }

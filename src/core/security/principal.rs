@@ -117,6 +117,11 @@ impl Principal {
         self.0.user.as_deref()
     }
 
+    /// The client's address, when it came over a network.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.0.peer
+    }
+
     /// The client's name for itself, as it logged in.
     pub fn client_id(&self) -> Option<&str> {
         self.0.client_id.as_deref()

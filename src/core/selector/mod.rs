@@ -171,4 +171,8 @@ impl crate::core::consumer::MessageFilter for Selector {
     fn matches(&self, message: &Message) -> bool {
         Selector::matches(self, message)
     }
+
+    fn text(&self) -> Option<&str> {
+        Some(self.as_str())
+    }
 }

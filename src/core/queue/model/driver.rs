@@ -273,6 +273,10 @@ impl Driver {
             }
             Op::Advance { ms } => self.advance(*ms)?,
             Op::Restart => self.restart()?,
+            Op::Resize {
+                max_memory_messages,
+                max_size_bytes,
+            } => self.resize(*max_memory_messages, *max_size_bytes)?,
             Op::Txn(txn) => self.txn(txn)?,
         }
         self.check_owed(false)
@@ -645,6 +649,29 @@ impl Driver {
     /// Grants credit to a consumer with explicit credit (an AMQP link's
     /// flow). A window consumer (STOMP prefetch) is never granted credit: its
     /// window refills as it settles.
+    fn resize(&mut self, max_memory_messages: usize, max_size_bytes: Option<u64>) -> Step {
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let changed = self.core().broker.change_queue_settings_as(
+            QUEUE,
+            &crate::core::security::Principal::unrestricted(),
+            |s| {
+                s.max_memory_messages = Some(max_memory_messages);
+                s.max_size_bytes = Some(max_size_bytes);
+            },
+            |_| Ok(()),
+        );
+        let written = match changed {
+            Ok((_, written)) => written,
+            // Only a queue that is not there yet (nothing sent, nobody subscribed).
+            Err(crate::core::CoreError::NotFound(_)) => return Ok(()),
+            Err(e) => panic!("resize refused: {e}"),
+        };
+        rt.block_on(written.wait())
+            .unwrap_or_else(|e| panic!("resize not stored: {e}"));
+        Ok(())
+    }
+
     fn add_credit(&mut self, consumer: u8, credit: u32) -> Step {
         let explicit: Vec<usize> = (0..self.subs.len())
             .filter(|&i| self.model.has_explicit_credit(self.subs[i].cid))

@@ -102,6 +102,12 @@ pub enum Op {
     },
     /// Close the broker and open it again on the same directory.
     Restart,
+    /// Management changes the queue's memory limits at run time (stored, so they
+    /// outlive a restart): paging changes, what consumers see must not.
+    Resize {
+        max_memory_messages: usize,
+        max_size_bytes: Option<u64>,
+    },
     /// A local transaction through the core's transaction API, begun and
     /// ended within the operation.
     Txn(TxnOp),
@@ -416,6 +422,19 @@ pub fn op(family: Family) -> impl Strategy<Value = Op> {
     if family.restarts() {
         arms.push((2, Just(Op::Restart).boxed()));
     }
+    let max_size_bytes = prop_oneof![Just(None), (600u64..=4_000).prop_map(Some)];
+    arms.push((
+        2,
+        (
+            prop_oneof![3 => 1usize..=8, 1 => Just(10_000usize)],
+            max_size_bytes,
+        )
+            .prop_map(|(max_memory_messages, max_size_bytes)| Op::Resize {
+                max_memory_messages,
+                max_size_bytes,
+            })
+            .boxed(),
+    ));
     arms.push((4, txn(timing).prop_map(Op::Txn).boxed()));
     prop::strategy::Union::new_weighted(arms)
 }

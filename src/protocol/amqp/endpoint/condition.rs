@@ -21,7 +21,10 @@ pub fn core_condition(e: &CoreError) -> &'static str {
         CoreError::Denied(_) => condition::UNAUTHORIZED_ACCESS,
         CoreError::QueueLimit(_) => condition::RESOURCE_LIMIT_EXCEEDED,
         // Management's refusals; no link operation meets them.
-        CoreError::QueueInUse { .. } | CoreError::NotDeletable { .. } => condition::ILLEGAL_STATE,
+        CoreError::QueueInUse { .. }
+        | CoreError::NotDeletable { .. }
+        | CoreError::SettingsConflict(_) => condition::ILLEGAL_STATE,
+        CoreError::InvalidSettings(_) => condition::INVALID_FIELD,
     }
 }
 

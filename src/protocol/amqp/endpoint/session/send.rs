@@ -69,10 +69,8 @@ impl Session {
             let Some(d) = link.next_to_send() else { break };
             let delivery_id = self.next_delivery_id;
             self.next_delivery_id = self.next_delivery_id.wrapping_add(1);
-            let first_key = d
-                .group_first
-                .then(|| d.queue.settings().group_first_key.as_deref())
-                .flatten();
+            let settings = d.group_first.then(|| d.queue.settings());
+            let first_key = settings.as_ref().and_then(|s| s.group_first_key.as_deref());
             // The clock only matters for the remaining time-to-live.
             let now = d.message.expires_at.map_or(0, |_| now_ms());
             let write = |buf: &mut BytesMut| {
