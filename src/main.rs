@@ -62,6 +62,10 @@ struct ServeArgs {
     /// Management HTTP listen address, e.g. 127.0.0.1:8161; "off" disables it.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
+    /// STOMP over WebSocket listen address, e.g. 127.0.0.1:61614; "off" disables it
+    /// (it is also served at /stomp on the HTTP listener).
+    #[arg(long, value_name = "ADDR")]
+    websocket: Option<String>,
     /// Log filter: error, warn, info, debug, trace, or a tracing directive.
     #[arg(long, value_name = "LEVEL", default_value = "info", env = "WEIR_LOG")]
     log: String,
@@ -107,6 +111,9 @@ fn load_config(args: &ServeArgs) -> Result<Config, String> {
     }
     if let Some(http) = &args.http {
         config.set_http_addr(parse_addr("http", http)?);
+    }
+    if let Some(websocket) = &args.websocket {
+        config.set_websocket_addr(parse_addr("websocket", websocket)?);
     }
     Ok(config)
 }

@@ -78,6 +78,7 @@ pub fn peer(tls: bool, certified_user: Option<String>) -> Peer {
         addr: "127.0.0.1:40000".parse().expect("literal address"),
         tls,
         certified_user,
+        transport: weir::protocol::peer::TCP,
     }
 }
 

@@ -1,6 +1,6 @@
 // Broker process and @stomp/stompjs client helpers for the node:test suite.
 // Mirrors python/broker.py: own temp dir, free ports, WEIR_BIN override.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs';
 import { createServer, connect as tcpConnect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -164,4 +164,27 @@ export function timeout(promise, ms, what) {
     promise,
     new Promise((_, rej) => setTimeout(() => rej(new Error(`${what}: no answer in ${ms} ms`)), ms)),
   ]);
+}
+
+// Writes a CA, a server and a client certificate (CN=`clientCn`) into `dir` with the
+// python tests' helper; returns their PEM contents.
+export function makeCerts(dir, clientCn) {
+  const python = process.env.WEIR_PTEST_PYTHON ?? 'python3';
+  execFileSync(python, ['-c', [
+    'import sys',
+    'from pathlib import Path',
+    'sys.path.insert(0, sys.argv[1])',
+    'from tls_certs import make_certs',
+    'make_certs(Path(sys.argv[2]), sys.argv[3])',
+  ].join('\n'), join(repoRoot, 'protocol-tests', 'python'), dir, clientCn]);
+  const read = name => readFileSync(join(dir, name));
+  return {
+    dir,
+    ca: read('ca.pem'),
+    cert: read('client.pem'),
+    key: read('client.key'),
+    serverPem: join(dir, 'server.pem'),
+    serverKey: join(dir, 'server.key'),
+    caPem: join(dir, 'ca.pem'),
+  };
 }

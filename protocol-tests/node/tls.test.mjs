@@ -5,44 +5,20 @@
 // made by protocol-tests/python/tls_certs.py, as for the python TLS tests.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect as tlsConnect } from 'node:tls';
 import rhea from 'rhea';
 import { Client } from '@stomp/stompjs';
 import { TCPWrapper } from '@stomp/tcp-wrapper';
-import { Broker, Inbox, USER, PASSWORD, freePort, repoRoot, timeout, unique, withReceipt } from './harness.mjs';
+import { Broker, Inbox, USER, PASSWORD, freePort, makeCerts, timeout, unique, withReceipt } from './harness.mjs';
 
 let broker;
 let certDir;
 let certs; // trusted: ca, client cert and key naming USER
 let strangers; // the same from another CA, which the broker does not know
 const openClients = [];
-
-// Writes a CA, a server and a client certificate (CN=`clientCn`) into `dir` with the
-// python tests' helper; returns their PEM contents.
-function makeCerts(dir, clientCn) {
-  const python = process.env.WEIR_PTEST_PYTHON ?? 'python3';
-  execFileSync(python, ['-c', [
-    'import sys',
-    'from pathlib import Path',
-    'sys.path.insert(0, sys.argv[1])',
-    'from tls_certs import make_certs',
-    'make_certs(Path(sys.argv[2]), sys.argv[3])',
-  ].join('\n'), join(repoRoot, 'protocol-tests', 'python'), dir, clientCn]);
-  const read = name => readFileSync(join(dir, name));
-  return {
-    dir,
-    ca: read('ca.pem'),
-    cert: read('client.pem'),
-    key: read('client.key'),
-    serverPem: join(dir, 'server.pem'),
-    serverKey: join(dir, 'server.key'),
-    caPem: join(dir, 'ca.pem'),
-  };
-}
 
 before(async () => {
   certDir = mkdtempSync(join(tmpdir(), 'weir-node-tls-'));

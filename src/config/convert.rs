@@ -16,12 +16,12 @@ use super::error::{ConfigError, KeyPath, Problem};
 use super::queue_settings::{check_resolved, settings_override};
 use super::raw::{
     RawAcceptors, RawBroker, RawByteLimit, RawConfig, RawConnectionFactory, RawDuration, RawFsync,
-    RawHttp, RawLimits, RawSecurity, RawSize, RawStore, RawTls, RawUser,
+    RawHttp, RawLimits, RawSecurity, RawSize, RawStore, RawTls, RawUser, RawWebSocket,
 };
 use super::units::{parse_duration, parse_size};
 use super::{
     Acceptors, Access, BrokerConfig, ClientAuth, Config, ConnectionFactory, ExternalUser,
-    FsyncPolicy, Http, Limits, Listener, Security, StoreConfig, Tls, User,
+    FsyncPolicy, Http, Limits, Listener, Security, StoreConfig, Tls, User, WebSocket,
 };
 
 pub(super) const DEFAULT_STOMP: &str = "127.0.0.1:61613";
@@ -51,6 +51,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
     let tls = raw.tls.map(tls).transpose()?;
     let acceptors = acceptors(raw.acceptors, &connection_factories, tls.is_some())?;
     let http = http(&raw.http, &acceptors, tls.is_some())?;
+    let websocket = websocket(&raw.websocket, &acceptors, http.as_ref(), tls.is_some())?;
     let security = security(raw.users, &raw.security)?;
     if raw.grouping_handler.is_some() {
         return Err(refuse_grouping_handler());
@@ -118,6 +119,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         broker,
         acceptors,
         http,
+        websocket,
         store,
         limits,
         security,
@@ -486,7 +488,13 @@ fn http(
     if !raw.enabled.unwrap_or(true) {
         return Ok(None);
     }
-    let taken = [("stomp", acceptors.stomp), ("amqp", acceptors.amqp)]
+    check_free(bind, &key.field("bind"), acceptor_addresses(acceptors))?;
+    Ok(Some(Http { bind, tls }))
+}
+
+/// Every protocol acceptor's address, with the key that sets it.
+fn acceptor_addresses(acceptors: &Acceptors) -> impl Iterator<Item = (KeyPath, SocketAddr)> + '_ {
+    [("stomp", acceptors.stomp), ("amqp", acceptors.amqp)]
         .into_iter()
         .filter_map(|(name, addr)| Some((KeyPath::root("acceptors").field(name), addr?)))
         .chain(acceptors.extra.iter().enumerate().map(|(i, l)| {
@@ -497,16 +505,53 @@ fn http(
                     .field("bind"),
                 l.bind,
             )
-        }));
+        }))
+}
+
+/// `bind` (set at `key`) is none of `taken`; port 0 picks a free port, so it never clashes.
+fn check_free(
+    bind: SocketAddr,
+    key: &KeyPath,
+    taken: impl IntoIterator<Item = (KeyPath, SocketAddr)>,
+) -> Result<(), ConfigError> {
     for (other, addr) in taken {
         if addr == bind && bind.port() != 0 {
             return Err(ConfigError::key(
-                key.field("bind"),
+                key.clone(),
                 Problem::AddressInUse { addr, other },
             ));
         }
     }
-    Ok(Some(Http { bind, tls }))
+    Ok(())
+}
+
+/// The WebSocket listener of its own: off unless `bind` is given; its address must differ
+/// from every other listener's.
+fn websocket(
+    raw: &RawWebSocket,
+    acceptors: &Acceptors,
+    http: Option<&Http>,
+    tls_configured: bool,
+) -> Result<Option<WebSocket>, ConfigError> {
+    let key = KeyPath::root("websocket");
+    let tls = raw.tls.unwrap_or(false);
+    if tls && !tls_configured {
+        return Err(ConfigError::key(
+            key.field("tls"),
+            Problem::TlsWithoutIdentity,
+        ));
+    }
+    let Some(text) = raw.bind.as_deref() else {
+        return Ok(None);
+    };
+    let bind = socket_addr(text, &key.field("bind"))?;
+    let http = http.map(|h| (KeyPath::root("http").field("bind"), h.bind));
+    check_free(
+        bind,
+        &key.field("bind"),
+        acceptor_addresses(acceptors).chain(http),
+    )?;
+    Ok(Some(WebSocket { bind, tls }))
 }
 
 fn acceptors(

@@ -35,6 +35,7 @@ pub struct Config {
     broker: BrokerConfig,
     acceptors: Acceptors,
     http: Option<Http>,
+    websocket: Option<WebSocket>,
     store: StoreConfig,
     limits: Limits,
     security: Security,
@@ -85,6 +86,15 @@ pub struct Listener {
 pub struct Http {
     pub bind: SocketAddr,
     /// Serve HTTPS with the `[tls]` identity (checked to exist).
+    pub tls: bool,
+}
+
+/// STOMP over WebSocket on a listener of its own (it is also served at `/stomp` on the
+/// HTTP listener).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebSocket {
+    pub bind: SocketAddr,
+    /// `wss://` with the `[tls]` identity (checked to exist).
     pub tls: bool,
 }
 
@@ -311,6 +321,19 @@ impl Config {
     /// The management HTTP listener, when on.
     pub fn http(&self) -> Option<&Http> {
         self.http.as_ref()
+    }
+
+    /// `None` turns the WebSocket listener off; an address keeps its `tls` setting.
+    pub fn set_websocket_addr(&mut self, addr: Option<SocketAddr>) {
+        self.websocket = addr.map(|bind| WebSocket {
+            bind,
+            tls: self.websocket.is_some_and(|w| w.tls),
+        });
+    }
+
+    /// The WebSocket listener of its own, when configured.
+    pub fn websocket(&self) -> Option<&WebSocket> {
+        self.websocket.as_ref()
     }
 
     pub fn broker(&self) -> &BrokerConfig {

@@ -16,6 +16,7 @@ pub(super) struct RawConfig {
     pub broker: RawBroker,
     pub acceptors: RawAcceptors,
     pub http: RawHttp,
+    pub websocket: RawWebSocket,
     pub store: RawStore,
     pub limits: RawLimits,
     pub users: Vec<RawUser>,
@@ -55,6 +56,14 @@ pub(super) struct RawAcceptors {
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawHttp {
     pub enabled: Option<bool>,
+    pub bind: Option<String>,
+    pub tls: Option<bool>,
+}
+
+/// STOMP over WebSocket on a listener of its own (off unless `bind` is given).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawWebSocket {
     pub bind: Option<String>,
     pub tls: Option<bool>,
 }

@@ -12,7 +12,7 @@ use serde::de::{self, Deserialize, Visitor};
 
 use super::raw::{
     RawAcceptors, RawBroker, RawConfig, RawConnectionFactory, RawExtraAcceptor, RawHttp, RawLimits,
-    RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawTls, RawUser,
+    RawPermissions, RawQueue, RawSecurity, RawSettings, RawStore, RawTls, RawUser, RawWebSocket,
 };
 
 const REFERENCE: &str = include_str!("../../config/weir.toml");
@@ -68,6 +68,7 @@ fn sections() -> BTreeMap<&'static str, BTreeSet<&'static str>> {
         ("acceptors", accepted::<RawAcceptors>()),
         ("acceptors.extra", accepted::<RawExtraAcceptor>()),
         ("http", accepted::<RawHttp>()),
+        ("websocket", accepted::<RawWebSocket>()),
         ("store", accepted::<RawStore>()),
         ("limits", accepted::<RawLimits>()),
         ("users", accepted::<RawUser>()),

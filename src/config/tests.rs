@@ -803,3 +803,37 @@ fn the_http_flag_keeps_the_tls_setting() {
     c.set_http_addr(Some("127.0.0.1:1".parse().unwrap()));
     assert_eq!(c.http().unwrap().bind.port(), 1);
 }
+
+#[test]
+fn the_websocket_listener_is_off_unless_bound() {
+    assert!(load("").websocket().is_none());
+    let c = load("[websocket]\nbind = \"127.0.0.1:61614\"\n");
+    let ws = c.websocket().expect("configured");
+    assert_eq!(ws.bind.port(), 61614);
+    assert!(!ws.tls);
+}
+
+#[test]
+fn the_websocket_listener_needs_tls_for_wss_and_a_free_address() {
+    assert!(
+        error("[websocket]\nbind = \"127.0.0.1:9001\"\ntls = true\n").contains("websocket.tls")
+    );
+    let e = error("[http]\nbind = \"127.0.0.1:9000\"\n[websocket]\nbind = \"127.0.0.1:9000\"\n");
+    assert!(
+        e.contains("websocket.bind") && e.contains("http.bind"),
+        "{e}"
+    );
+    let e =
+        error("[acceptors]\nstomp = \"127.0.0.1:9000\"\n[websocket]\nbind = \"127.0.0.1:9000\"\n");
+    assert!(e.contains("websocket.bind"), "{e}");
+    assert!(error("[websocket]\nbind = \"nowhere\"\n").contains("websocket.bind"));
+}
+
+#[test]
+fn the_websocket_flag_sets_or_turns_off_the_listener() {
+    let mut c = load("");
+    c.set_websocket_addr(Some("127.0.0.1:2".parse().unwrap()));
+    assert_eq!(c.websocket().unwrap().bind.port(), 2);
+    c.set_websocket_addr(None);
+    assert!(c.websocket().is_none());
+}

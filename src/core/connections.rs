@@ -19,6 +19,8 @@ pub struct Descriptor {
     pub protocol: String,
     /// The protocol version agreed, e.g. "1.2".
     pub version: String,
+    /// What carries the protocol's bytes, e.g. "tcp" or "websocket".
+    pub transport: &'static str,
     pub peer: SocketAddr,
     pub tls: bool,
     /// `None` for an anonymous connection.
@@ -136,6 +138,7 @@ mod tests {
         Descriptor {
             protocol: protocol.into(),
             version: "1".into(),
+            transport: "tcp",
             peer: "127.0.0.1:1".parse().unwrap(),
             tls,
             user: None,

@@ -15,6 +15,8 @@ pub struct Connection {
     id: u64,
     protocol: String,
     version: String,
+    /// What carries the protocol: "tcp" or "websocket".
+    transport: &'static str,
     peer: String,
     tls: bool,
     user: Option<String>,
@@ -30,6 +32,7 @@ impl From<ConnectionInfo> for Connection {
             id: c.id,
             protocol: d.protocol,
             version: d.version,
+            transport: d.transport,
             peer: d.peer.to_string(),
             tls: d.tls,
             user: d.user,

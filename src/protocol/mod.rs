@@ -5,7 +5,7 @@ pub mod admission;
 pub mod amqp;
 pub mod driver;
 pub mod fairness;
-mod peer;
+pub mod peer;
 pub mod stomp;
 
 pub use peer::Peer;

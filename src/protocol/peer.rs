@@ -11,7 +11,12 @@ pub struct Peer {
     /// The user a verified TLS client certificate names (`[tls] external_user`), offered
     /// as SASL EXTERNAL and taken by a STOMP CONNECT without `login`.
     pub certified_user: Option<String>,
+    /// What carries the protocol's bytes, as management shows it: `"tcp"`, `"websocket"`.
+    pub transport: &'static str,
 }
+
+/// The transport of a plain socket (TCP, or TLS over it).
+pub const TCP: &str = "tcp";
 
 impl Peer {
     /// A client on a plain TCP connection.
@@ -20,6 +25,7 @@ impl Peer {
             addr,
             tls: false,
             certified_user: None,
+            transport: TCP,
         }
     }
 }

@@ -146,6 +146,7 @@ async fn accept_tls(
         addr,
         tls: true,
         certified_user,
+        transport: crate::protocol::peer::TCP,
     };
     Some((stream, peer))
 }

@@ -5,6 +5,7 @@ mod connection;
 pub mod http;
 mod sniff;
 pub mod tls;
+pub mod websocket;
 
 use crate::config::{self, Config, Listener};
 use crate::core::factory::ConnectionFactory;
@@ -17,7 +18,7 @@ use crate::protocol::amqp::{AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
 use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
 use connection::{Options, TlsMode};
-use http::HttpListener;
+use http::{HttpListener, RouterListener};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +61,8 @@ pub enum ServerError {
     Tls(#[from] TlsError),
     #[error("http.tls = true needs the [tls] section")]
     HttpTlsWithoutIdentity,
+    #[error("websocket.tls = true needs the [tls] section")]
+    WebSocketTlsWithoutIdentity,
 }
 
 /// A running broker: its listeners' bound addresses and a shutdown switch.
@@ -74,6 +77,8 @@ pub struct Server {
     shutdown_timeout: Duration,
     tls: Option<Arc<TlsContext>>,
     http: Option<HttpListener>,
+    /// The WebSocket listener of its own, when configured, and what it serves.
+    websocket: Option<(RouterListener, Arc<websocket::Endpoint>)>,
 }
 
 /// What starts before recovery: the TLS identity and the management HTTP listener
@@ -200,10 +205,18 @@ fn check_anonymous_exposure(config: &Config) -> Result<(), ServerError> {
         connection_factory: None,
         tls: h.tls,
     });
+    let websocket = config.websocket().map(|w| Listener {
+        name: "websocket".to_owned(),
+        bind: w.bind,
+        protocols: vec![config::Protocol::Stomp],
+        connection_factory: None,
+        tls: w.tls,
+    });
     let exposed = config
         .listeners()
         .into_iter()
         .chain(http)
+        .chain(websocket)
         .find(|l| !l.bind.ip().is_loopback());
     match exposed {
         Some(listener) if !security.allow_anonymous_set => Err(ServerError::AnonymousExposed {
@@ -312,6 +325,29 @@ impl Server {
         let mut listening = Vec::new();
         let mut tasks = Vec::new();
         let containers = ContainerRegistry::default();
+        let websocket_stomp = stomp_options(config, admission.clone());
+        let websocket = match config.websocket() {
+            Some(settings) => {
+                let (listener, endpoint) = websocket_listener(
+                    settings,
+                    &tls,
+                    websocket_stomp.clone(),
+                    &broker,
+                    &shutdown,
+                    &open,
+                )
+                .await?;
+                bound.push(("websocket".to_owned(), listener.addr));
+                listening.push(ListenerInfo {
+                    name: "websocket".to_owned(),
+                    protocols: vec!["stomp".to_owned()],
+                    address: listener.addr.to_string(),
+                    tls: settings.tls,
+                });
+                Some((listener, endpoint))
+            }
+            None => None,
+        };
         for listener in config.listeners() {
             let socket =
                 TcpListener::bind(listener.bind)
@@ -359,6 +395,8 @@ impl Server {
         }
         if let Some(http) = &http {
             bound.push(("http".to_owned(), http.addr));
+            http.websocket
+                .set_ready(broker.clone(), websocket_stomp, shutdown.clone(), &open);
             http.management.set_ready(broker.clone(), listening);
         }
         Ok(Server {
@@ -371,6 +409,7 @@ impl Server {
             shutdown_timeout: config.broker().shutdown_timeout,
             tls,
             http,
+            websocket,
         })
     }
 
@@ -406,8 +445,18 @@ impl Server {
             mut closed,
             shutdown_timeout,
             http,
+            websocket,
             ..
         } = self;
+        // WebSocket upgrades still in progress must not miss the shutdown sent below.
+        let endpoints = http
+            .as_ref()
+            .map(|h| h.websocket.clone())
+            .into_iter()
+            .chain(websocket.as_ref().map(|(_, endpoint)| endpoint.clone()));
+        for endpoint in endpoints {
+            endpoint.stop_serving();
+        }
         // Not ready from here on; requests in progress finish, beside the connections.
         let http_stopped = async {
             match http {
@@ -429,13 +478,44 @@ impl Server {
                 .await
                 .is_ok()
         };
-        let (drained, http_drained) = tokio::join!(connections, http_stopped);
-        let drained = drained && http_drained;
+        let websocket_stopped = async {
+            match websocket {
+                Some((listener, _)) => listener.stop(shutdown_timeout).await,
+                None => true,
+            }
+        };
+        let (drained, http_drained, websocket_drained) =
+            tokio::join!(connections, http_stopped, websocket_stopped);
+        let drained = drained && http_drained && websocket_drained;
         if !drained {
             tracing::warn!(timeout = ?shutdown_timeout, "connections still open at the shutdown timeout");
         }
         drained
     }
+}
+
+/// Binds the WebSocket listener of its own, serving STOMP at once (it starts with the
+/// protocol listeners, after recovery).
+async fn websocket_listener(
+    settings: &config::WebSocket,
+    tls: &Option<Arc<TlsContext>>,
+    stomp: StompOptions,
+    broker: &Broker,
+    shutdown: &broadcast::Sender<()>,
+    open: &mpsc::Sender<()>,
+) -> Result<(RouterListener, Arc<websocket::Endpoint>), ServerError> {
+    let tls = match settings.tls {
+        true => Some(
+            tls.clone()
+                .ok_or(ServerError::WebSocketTlsWithoutIdentity)?,
+        ),
+        false => None,
+    };
+    let endpoint = Arc::new(websocket::Endpoint::default());
+    endpoint.set_ready(broker.clone(), stomp, shutdown.clone(), open);
+    let router = websocket::listener_router(endpoint.clone());
+    let listener = RouterListener::bind("websocket", settings.bind, router, tls).await?;
+    Ok((listener, endpoint))
 }
 
 struct Acceptor {

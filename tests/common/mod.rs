@@ -300,6 +300,28 @@ impl<S: Socket> Stomp<S> {
         s
     }
 
+    /// A client over a stream on which the test sends its own CONNECT.
+    pub fn unconnected(stream: S) -> Self {
+        stream
+            .tcp()
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Self {
+            stream,
+            buf: Vec::new(),
+            connected: Frame {
+                command: String::new(),
+                headers: vec![],
+                body: vec![],
+            },
+        }
+    }
+
+    /// The stream under the client, for a test that writes to it in its own way.
+    pub fn stream_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
     /// The socket, for a test that keeps a connection open without reading.
     pub fn into_stream(self) -> S {
         self.stream

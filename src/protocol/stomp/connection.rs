@@ -151,6 +151,7 @@ async fn run<S>(
     let registration = conn.session.broker.connections().register(Descriptor {
         protocol: "stomp".to_owned(),
         version: conn.session.version.as_str().to_owned(),
+        transport: peer.transport,
         peer: peer.addr,
         tls: peer.tls,
         user: principal.user().map(str::to_owned),

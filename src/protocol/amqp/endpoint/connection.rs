@@ -174,6 +174,7 @@ async fn run<S>(
             let registration = conn.env.broker.connections().register(Descriptor {
                 protocol: "amqp".to_owned(),
                 version: "1.0".to_owned(),
+                transport: peer.transport,
                 peer: peer.addr,
                 tls: peer.tls,
                 user: conn.env.principal.user().map(str::to_owned),
