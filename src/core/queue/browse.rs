@@ -23,10 +23,10 @@ const DISK_PAGE: usize = 256;
 /// Looks per page, so one dispatch pass does bounded work under the lock.
 const LOOKS: usize = 8;
 
-struct Seen {
-    seq: u64,
-    message: Arc<Message>,
-    delivery_count: u32,
+pub(super) struct Seen {
+    pub(super) seq: u64,
+    pub(super) message: Arc<Message>,
+    pub(super) delivery_count: u32,
 }
 
 impl Queue {
@@ -71,7 +71,7 @@ impl Queue {
 
     /// Up to `want` available messages after sequence `from`, in order, and
     /// the sequence the browser has passed.
-    fn browse_page(
+    pub(super) fn browse_page(
         &self,
         st: &State,
         mut from: u64,

@@ -9,6 +9,7 @@
 
 mod backlog;
 mod browse;
+mod claimed;
 mod consumers;
 mod counters;
 mod dispatch;
@@ -24,6 +25,7 @@ mod rebalance;
 mod redelivery;
 mod settle;
 
+pub use claimed::Peeked;
 pub use counters::Totals;
 pub use pending_acks::PendingAcks;
 
