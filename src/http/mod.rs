@@ -20,7 +20,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use auth::ConnInfo;
+pub use auth::{Caller, ConnInfo};
 pub use state::{ListenerInfo, Management};
 
 use axum::http::header;
@@ -75,6 +75,7 @@ pub fn router(management: Shared) -> Router {
         .fold(Router::new(), |router, (_, path, handler)| {
             router.route(path, handler)
         })
+        .merge(crate::zaqar::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(management)
