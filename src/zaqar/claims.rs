@@ -41,8 +41,9 @@ fn terms_of(body: &[u8]) -> Result<(u64, u64)> {
             "A claim's body must be a JSON object.".into(),
         ));
     };
+    // python-zaqarclient sends `null` for what it was not given.
     let field = |name: &str, default: u64, min: u64, max: u64| {
-        match doc.get(name) {
+        match doc.get(name).filter(|v| !v.is_null()) {
         None => Ok(default),
         Some(v) => match v.as_u64() {
             Some(n) if (min..=max).contains(&n) => Ok(n),

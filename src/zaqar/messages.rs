@@ -13,7 +13,7 @@ use crate::core::schedule::{PropertyValue, ScheduleQuery};
 use crate::core::security::Permission;
 use crate::core::Receipt;
 use axum::body::Bytes;
-use axum::extract::{Path, Query};
+use axum::extract::{Path, Query, RawQuery};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -59,13 +59,16 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
         let Some(body) = item.get("body") else {
             return Err(ZaqarError::BadRequest("Missing \"body\" field.".into()));
         };
-        let ttl = match item.get("ttl") {
+        let ttl = match item.get("ttl").filter(|v| !v.is_null()) {
             None => rules.default_message_ttl,
             Some(v) => in_range(v, "ttl", limits::MIN_MESSAGE_TTL, limits::MAX_MESSAGE_TTL)?,
         };
         // As the delayed-queues seed says (and released Zaqar does): a
         // message's delay counts only on a queue with a default delay.
-        let delay = match (rules.default_message_delay, item.get("delay")) {
+        let delay = match (
+            rules.default_message_delay,
+            item.get("delay").filter(|v| !v.is_null()),
+        ) {
             (0, _) => 0,
             (default, None) => default,
             (_, Some(v)) => in_range(v, "delay", 0, limits::MAX_MESSAGE_DELAY)?,
@@ -126,7 +129,18 @@ pub struct ListParams {
     echo: Option<String>,
     include_claimed: Option<String>,
     include_delayed: Option<String>,
-    ids: Option<String>,
+}
+
+/// Every `ids` of the query string, joined by commas: clients send either
+/// `ids=a,b` or `ids=a&ids=b` (python-zaqarclient), and Zaqar takes both.
+fn ids_of(raw: &Option<String>) -> Option<String> {
+    let raw = raw.as_deref()?;
+    let ids: Vec<String> = raw
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("ids="))
+        .map(|v| v.replace("%2C", ",").replace("%2c", ","))
+        .collect();
+    (!ids.is_empty()).then(|| ids.join(","))
 }
 
 /// The claim id and claim count of a message in flight, when a claim holds it.
@@ -151,11 +165,12 @@ pub async fn list(
     ctx: Ctx,
     Path(queue): Path<String>,
     Query(params): Query<ListParams>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>> {
     let weir = ctx.weir_name(&queue)?;
     ctx.may(&weir, Permission::Browse)?;
-    if let Some(ids) = &params.ids {
-        return by_ids(&ctx, &queue, &weir, ids).map(Json);
+    if let Some(ids) = ids_of(&raw) {
+        return by_ids(&ctx, &queue, &weir, &ids).map(Json);
     }
     let limit = number(
         &params.limit,
@@ -284,7 +299,6 @@ fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> {
 
 #[derive(Deserialize)]
 pub struct DeleteParams {
-    ids: Option<String>,
     pop: Option<String>,
 }
 
@@ -292,6 +306,7 @@ pub async fn delete_many(
     ctx: Ctx,
     Path(queue): Path<String>,
     Query(params): Query<DeleteParams>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let weir = ctx.weir_name(&queue)?;
     ctx.may(&weir, Permission::Consume)?;
@@ -301,7 +316,7 @@ pub async fn delete_many(
         1,
         u64::from(limits::MAX_MESSAGES_PER_PAGE),
     )?;
-    match (&params.ids, pop) {
+    match (ids_of(&raw), pop) {
         (Some(_), Some(_)) => Err(ZaqarError::BadRequest(
             "ids and pop may not be specified at the same time.".into(),
         )),
@@ -309,7 +324,7 @@ pub async fn delete_many(
             "Either ids or pop must be specified.".into(),
         )),
         (Some(ids), None) => {
-            let ids = split_ids(ids)?;
+            let ids = split_ids(&ids)?;
             if let Some(q) = ctx.broker.queue(&weir) {
                 let mut receipts = Vec::new();
                 for id in ids {
