@@ -3,7 +3,7 @@
 //! A claim here is a core claim ([`crate::core::claims`]). The queue's
 //! `_max_claim_count` is applied as Zaqar applies it: a message claimed that
 //! many times already is not handed out again but moved to the queue's
-//! `_dead_letter_queue` (or dropped when it has none).
+//! `_dead_letter_queue`, when it has one.
 
 use super::context::Ctx;
 use super::error::{Result, ZaqarError};
@@ -112,7 +112,9 @@ pub async fn create(
     let Some(mut claim) = ctx.broker.claim(&q, terms, None)? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
-    if let Some(max) = rules.max_claim_count {
+    // Without a dead-letter queue the count changes nothing (as in Zaqar):
+    // a message is never dropped for being claimed often.
+    if let (Some(max), Some(_)) = (rules.max_claim_count, &rules.dead_letter_queue) {
         let (over, kept): (Vec<ClaimedMessage>, Vec<ClaimedMessage>) = claim
             .messages
             .into_iter()
