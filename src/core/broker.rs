@@ -104,6 +104,8 @@ struct Inner {
     has_block_queues: AtomicBool,
     /// Open client connections, for management.
     connections: Arc<super::connections::Connections>,
+    /// Open claims (leases on deliveries, see [`super::claims`]).
+    claims: Arc<super::claims::Claims>,
     me: Weak<Inner>,
 }
 
@@ -179,6 +181,7 @@ impl Broker {
             memory: Arc::new(Budget::new(options.global_max_size)),
             has_block_queues: AtomicBool::new(false),
             connections: Arc::default(),
+            claims: Arc::default(),
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -198,6 +201,11 @@ impl Broker {
     /// The open client connections (each protocol registers its own).
     pub fn connections(&self) -> &Arc<super::connections::Connections> {
         &self.inner.connections
+    }
+
+    /// The open claims.
+    pub(super) fn claims(&self) -> &Arc<super::claims::Claims> {
+        &self.inner.claims
     }
 
     pub fn auth(&self) -> &Authenticator {

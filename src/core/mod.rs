@@ -3,6 +3,7 @@
 
 mod access;
 pub mod broker;
+pub mod claims;
 pub mod connections;
 pub mod consumer;
 pub mod delay_headers;

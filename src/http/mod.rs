@@ -25,7 +25,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use auth::ConnInfo;
+pub use auth::{Caller, ConnInfo};
 pub use state::{ListenerInfo, Management};
 
 use axum::http::header;
@@ -121,6 +121,7 @@ pub fn router(management: Shared) -> Router {
             router.route(path, handler)
         })
         .merge(console::router())
+        .merge(crate::zaqar::router())
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(management)

@@ -9,6 +9,7 @@
 
 mod backlog;
 mod browse;
+mod claimed;
 mod consumers;
 mod counters;
 mod dispatch;
@@ -27,6 +28,7 @@ mod reconfigure;
 mod redelivery;
 mod settle;
 
+pub use claimed::Peeked;
 pub use counters::{Rates, Totals};
 pub use inspect::{MessagePage, MessageState, QueuedMessage, Taken, Untaken};
 pub use overview::{ConsumerInfo, GroupInfo};

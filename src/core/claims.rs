@@ -1,0 +1,606 @@
+//! Claims: leases on deliveries, as OpenStack Zaqar's API offers them.
+//!
+//! A claim is a consumer that takes up to `limit` messages once and then
+//! wants no more: the messages are in flight to it, so no other consumer
+//! (STOMP, AMQP, another claim) gets them, until the claim ends. Deleting a
+//! claimed message through its claim acknowledges it; when the claim's
+//! ttl runs out or it is released, the consumer leaves and the queue takes
+//! its deliveries back as it does from any consumer that leaves — a failed
+//! attempt, so `max_delivery_attempts` and the dead-letter address apply
+//! (Zaqar's `_max_claim_count` and `_dead_letter_queue`). Nothing on the
+//! dispatch path knows about claims.
+//!
+//! A claim lives in memory: after a restart its messages are simply
+//! available again (delivered at least once). What must be durable is: an
+//! acknowledgement through a claim is on disk before it is answered.
+
+use super::broker::Broker;
+use super::consumer::{ConsumerId, ConsumerOptions, CreditMode, MessageFilter};
+use super::deliveries::{self, Deliveries};
+use super::error::CoreError;
+use super::message::{now_ms, Message};
+use super::queue::Queue;
+use super::receipt::Receipt;
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What a claim asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimTerms {
+    /// How long the claim holds its messages.
+    pub ttl: Duration,
+    /// How long its messages live at least after the claim ends.
+    pub grace: Duration,
+    /// Most messages it takes.
+    pub limit: u32,
+}
+
+/// A message a claim holds.
+#[derive(Debug, Clone)]
+pub struct ClaimedMessage {
+    pub seq: u64,
+    pub message: Arc<Message>,
+    /// Deliveries so far, this one included: how often it was claimed (or
+    /// delivered otherwise).
+    pub delivery_count: u32,
+}
+
+/// A claim as its holder sees it.
+#[derive(Debug, Clone)]
+pub struct ClaimView {
+    pub id: Arc<str>,
+    pub queue: Arc<str>,
+    pub ttl: Duration,
+    pub grace: Duration,
+    /// When it was made or last renewed (epoch ms).
+    pub renewed_at: u64,
+    /// Epoch ms.
+    pub created_at: u64,
+    /// The messages it still holds, oldest first.
+    pub messages: Vec<ClaimedMessage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// No such claim on that queue (never made, expired or released).
+    #[error("claim '{0}' does not exist or has expired")]
+    NotFound(String),
+    /// The message is not held by that claim.
+    #[error("message {seq} is not held by claim '{claim}'")]
+    NotClaimed { claim: String, seq: u64 },
+}
+
+struct Claim {
+    queue: Arc<Queue>,
+    consumer: ConsumerId,
+    /// Kept open so the queue may push to the claim's consumer; nothing is
+    /// read after the claim is made (it wants no more).
+    _deliveries: Deliveries,
+    terms: ClaimTerms,
+    created_at: u64,
+    renewed_at: u64,
+    expires_at: u64,
+    messages: BTreeMap<u64, ClaimedMessage>,
+}
+
+impl Claim {
+    fn view(&self, id: &Arc<str>) -> ClaimView {
+        ClaimView {
+            id: id.clone(),
+            queue: self.queue.name().clone(),
+            ttl: self.terms.ttl,
+            grace: self.terms.grace,
+            renewed_at: self.renewed_at,
+            created_at: self.created_at,
+            messages: self.messages.values().cloned().collect(),
+        }
+    }
+}
+
+/// Every open claim of the broker, by id.
+#[derive(Default)]
+pub struct Claims {
+    open: Mutex<HashMap<Arc<str>, Claim>>,
+    /// The task that ends claims when their ttl is over, while any is open.
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// A claim was made or renewed (or the broker is gone): the watcher
+    /// looks again.
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        self.changed.notify_one();
+    }
+}
+
+impl Claims {
+    /// Ends the claims whose ttl is over at `now` (epoch ms); their messages
+    /// go back to their queues.
+    fn expire(&self, now: u64) {
+        let ended: Vec<Claim> = {
+            let mut open = self.open.lock();
+            let ids: Vec<Arc<str>> = open
+                .iter()
+                .filter(|(_, c)| c.expires_at <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for claim in ended {
+            end(claim);
+        }
+    }
+
+    /// When the earliest open claim ends, if any is open.
+    fn next_expiry(&self) -> Option<u64> {
+        self.open.lock().values().map(|c| c.expires_at).min()
+    }
+}
+
+/// The claim's consumer leaves: the queue takes back what it still holds.
+fn end(claim: Claim) {
+    let grace = claim.terms.grace.as_millis() as u64;
+    if grace > 0 && !claim.messages.is_empty() {
+        claim
+            .queue
+            .extend_expiry_of(claim.consumer, now_ms().saturating_add(grace));
+    }
+    claim.queue.remove_consumer(claim.consumer);
+}
+
+/// A fresh claim id: 128 random bits in hex, so an id from before a restart
+/// never names a new claim.
+fn new_id() -> Arc<str> {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: time and a counter are still unique in this process.
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        bytes[..8].copy_from_slice(&now_ms().to_be_bytes());
+        bytes[8..].copy_from_slice(&n.to_be_bytes());
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    Arc::from(hex)
+}
+
+impl Broker {
+    /// Claims up to `terms.limit` of the messages waiting in `queue` now
+    /// (those `filter` accepts, when given). `None` when there was nothing
+    /// to claim: no claim is made.
+    pub fn claim(
+        &self,
+        queue: &Arc<Queue>,
+        terms: ClaimTerms,
+        filter: Option<Arc<dyn MessageFilter>>,
+    ) -> Result<Option<ClaimView>, CoreError> {
+        if queue.is_deleted() {
+            return Err(CoreError::NotFound(queue.name().to_string()));
+        }
+        let (sink, mut deliveries) = deliveries::channel();
+        let consumer = self.next_consumer_id();
+        let options = ConsumerOptions {
+            credit: CreditMode::Explicit,
+            priority: 0,
+            filter,
+            browse: false,
+        };
+        queue.add_consumer(options, consumer, sink);
+        // Dispatch happens under the queue's lock inside these calls: once
+        // drained, everything the claim got is in its channel.
+        queue.set_credit(consumer, terms.limit);
+        queue.drain(consumer);
+        let mut messages = BTreeMap::new();
+        while let Ok(delivery) = deliveries.try_recv() {
+            messages.insert(
+                delivery.seq,
+                ClaimedMessage {
+                    seq: delivery.seq,
+                    message: delivery.message,
+                    delivery_count: delivery.delivery_count,
+                },
+            );
+        }
+        if messages.is_empty() {
+            queue.remove_consumer(consumer);
+            return Ok(None);
+        }
+        let now = now_ms();
+        let claim = Claim {
+            queue: queue.clone(),
+            consumer,
+            _deliveries: deliveries,
+            terms,
+            created_at: now,
+            renewed_at: now,
+            expires_at: now.saturating_add(terms.ttl.as_millis() as u64),
+            messages,
+        };
+        let id = new_id();
+        let view = claim.view(&id);
+        self.claims().open.lock().insert(id, claim);
+        self.watch_claims();
+        Ok(Some(view))
+    }
+
+    /// The claim `id` on the queue named `queue`, while it is open.
+    pub fn claim_view(&self, queue: &str, id: &str) -> Option<ClaimView> {
+        let now = now_ms();
+        let open = self.claims().open.lock();
+        let (id, claim) = open.get_key_value(id)?;
+        (&**claim.queue.name() == queue && claim.expires_at > now).then(|| claim.view(id))
+    }
+
+    /// Which open claim holds message `seq` of `queue`, if one does.
+    pub fn claim_holding(&self, queue: &Arc<Queue>, consumer: ConsumerId) -> Option<Arc<str>> {
+        let open = self.claims().open.lock();
+        open.iter()
+            .find(|(_, c)| c.consumer == consumer && Arc::ptr_eq(&c.queue, queue))
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Gives an open claim new terms from now (Zaqar's PATCH of a claim).
+    pub fn renew_claim(
+        &self,
+        queue: &str,
+        id: &str,
+        ttl: Duration,
+        grace: Duration,
+    ) -> Result<(), ClaimError> {
+        let now = now_ms();
+        {
+            let mut open = self.claims().open.lock();
+            let claim = open
+                .get_mut(id)
+                .filter(|c| &**c.queue.name() == queue && c.expires_at > now)
+                .ok_or_else(|| ClaimError::NotFound(id.to_owned()))?;
+            claim.terms.ttl = ttl;
+            claim.terms.grace = grace;
+            claim.renewed_at = now;
+            claim.expires_at = now.saturating_add(ttl.as_millis() as u64);
+        }
+        self.watch_claims();
+        Ok(())
+    }
+
+    /// Ends a claim now: its messages are available again. False when it
+    /// was not open.
+    pub fn release_claim(&self, queue: &str, id: &str) -> bool {
+        let claim = {
+            let mut open = self.claims().open.lock();
+            match open.get(id) {
+                Some(c) if &**c.queue.name() == queue => open.remove(id),
+                _ => None,
+            }
+        };
+        match claim {
+            Some(claim) => {
+                // Released, not expired: the grace is for the end of a ttl.
+                claim.queue.remove_consumer(claim.consumer);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Ends every claim on `queue` (the queue is about to be deleted).
+    pub fn release_claims_on(&self, queue: &str) {
+        let ended: Vec<Claim> = {
+            let mut open = self.claims().open.lock();
+            let ids: Vec<Arc<str>> = open
+                .iter()
+                .filter(|(_, c)| &**c.queue.name() == queue)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.iter().filter_map(|id| open.remove(id)).collect()
+        };
+        for claim in ended {
+            claim.queue.remove_consumer(claim.consumer);
+        }
+    }
+
+    /// Acknowledges message `seq` held by claim `id`: it leaves the queue
+    /// for good. The receipt resolves once its deletion is on disk.
+    pub fn ack_claimed(&self, queue: &str, id: &str, seq: u64) -> Result<Receipt, ClaimError> {
+        let now = now_ms();
+        let (q, consumer) = {
+            let mut open = self.claims().open.lock();
+            let claim = open
+                .get_mut(id)
+                .filter(|c| &**c.queue.name() == queue && c.expires_at > now)
+                .ok_or_else(|| ClaimError::NotFound(id.to_owned()))?;
+            if claim.messages.remove(&seq).is_none() {
+                return Err(ClaimError::NotClaimed {
+                    claim: id.to_owned(),
+                    seq,
+                });
+            }
+            (claim.queue.clone(), claim.consumer)
+        };
+        // The claim may have ended between the two locks: then the message
+        // went back to the queue and is not acknowledged.
+        q.ack(consumer, &[seq]).map_err(|_| ClaimError::NotClaimed {
+            claim: id.to_owned(),
+            seq,
+        })
+    }
+
+    /// Makes sure one task ends claims as their ttls run out. It sleeps
+    /// until the earliest end, and stops when no claim is open.
+    fn watch_claims(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let claims = self.claims().clone();
+        let mut watcher = claims.watcher.lock();
+        if watcher.is_some() {
+            claims.changed.notify_one();
+            return;
+        }
+        // Weak: open claims hold their queues, and so the store; a broker
+        // dropped with claims open must let go of both.
+        let weak = Arc::downgrade(&claims);
+        let changed = claims.changed.clone();
+        *watcher = Some(runtime.spawn(async move {
+            loop {
+                let notified = changed.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                let next = {
+                    let Some(claims) = weak.upgrade() else { return };
+                    claims.expire(now_ms());
+                    // Checked under the watcher's lock: a claim made meanwhile
+                    // either is seen here or finds no watcher and starts one.
+                    let mut watcher = claims.watcher.lock();
+                    match claims.next_expiry() {
+                        Some(next) => next,
+                        None => {
+                            *watcher = None;
+                            return;
+                        }
+                    }
+                };
+                let wait = Duration::from_millis(next.saturating_sub(now_ms()));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = notified => {}
+                }
+            }
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::consumer::ConsumerOptions;
+    use crate::core::settings::QueueSettings;
+    use crate::core::tests::open;
+    use crate::core::RoutingType;
+
+    fn put(broker: &Broker, queue: &str, body: &str) {
+        let mut m = Message::new(
+            Arc::from(queue),
+            bytes::Bytes::from(body.to_owned()),
+            now_ms(),
+        );
+        m.durable = true;
+        broker.publish(m, RoutingType::Anycast).unwrap();
+    }
+
+    fn terms(ttl_ms: u64, limit: u32) -> ClaimTerms {
+        ClaimTerms {
+            ttl: Duration::from_millis(ttl_ms),
+            grace: Duration::ZERO,
+            limit,
+        }
+    }
+
+    fn bodies(view: &ClaimView) -> Vec<String> {
+        view.messages
+            .iter()
+            .map(|m| String::from_utf8_lossy(&m.message.body).into_owned())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_claim_takes_up_to_its_limit_and_other_consumers_get_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        for i in 0..5 {
+            put(&broker, "q", &i.to_string());
+        }
+        let queue = broker.queue("q").unwrap();
+        let claim = broker
+            .claim(&queue, terms(60_000, 3), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&claim), ["0", "1", "2"]);
+        let (tx, mut rx) = deliveries::channel();
+        let _sub = broker
+            .subscribe("q", RoutingType::Anycast, ConsumerOptions::default(), tx)
+            .unwrap();
+        let mut got = Vec::new();
+        while let Ok(d) = rx.try_recv() {
+            got.push(String::from_utf8_lossy(&d.message.body).into_owned());
+        }
+        assert_eq!(got, ["3", "4"], "claimed messages are not dispatched");
+        let again = broker.claim(&queue, terms(60_000, 3), None).unwrap();
+        assert!(again.is_none(), "nothing left to claim");
+    }
+
+    #[tokio::test]
+    async fn released_and_expired_claims_give_their_messages_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        put(&broker, "q", "a");
+        put(&broker, "q", "b");
+        let queue = broker.queue("q").unwrap();
+        let first = broker
+            .claim(&queue, terms(60_000, 1), None)
+            .unwrap()
+            .unwrap();
+        assert!(broker.release_claim("q", &first.id));
+        assert!(broker.claim_view("q", &first.id).is_none());
+        let second = broker.claim(&queue, terms(100, 1), None).unwrap().unwrap();
+        assert_eq!(
+            bodies(&second),
+            ["a"],
+            "released: available again, in order"
+        );
+        assert_eq!(second.messages[0].delivery_count, 2);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(broker.claim_view("q", &second.id).is_none(), "expired");
+        let third = broker
+            .claim(&queue, terms(60_000, 5), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&third), ["a", "b"], "expired: redelivered");
+    }
+
+    #[tokio::test]
+    async fn a_renewed_claim_outlives_its_first_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        put(&broker, "q", "a");
+        let queue = broker.queue("q").unwrap();
+        let claim = broker.claim(&queue, terms(200, 1), None).unwrap().unwrap();
+        broker
+            .renew_claim("q", &claim.id, Duration::from_secs(60), Duration::ZERO)
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let view = broker.claim_view("q", &claim.id).expect("still open");
+        assert_eq!(view.ttl, Duration::from_secs(60));
+        assert_eq!(
+            broker.renew_claim("other", &claim.id, Duration::from_secs(1), Duration::ZERO),
+            Err(ClaimError::NotFound(claim.id.to_string())),
+            "a claim is named with its queue"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_ack_through_the_claim_is_durable_and_final() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let broker = open(dir.path(), QueueSettings::default());
+            put(&broker, "q", "gone");
+            put(&broker, "q", "kept");
+            let queue = broker.queue("q").unwrap();
+            let claim = broker
+                .claim(&queue, terms(60_000, 2), None)
+                .unwrap()
+                .unwrap();
+            let seq = claim.messages[0].seq;
+            broker
+                .ack_claimed("q", &claim.id, seq)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+            assert_eq!(
+                broker.ack_claimed("q", &claim.id, seq).err(),
+                Some(ClaimError::NotClaimed {
+                    claim: claim.id.to_string(),
+                    seq
+                })
+            );
+            assert!(broker.release_claim("q", &claim.id));
+            let rest = broker
+                .claim(&queue, terms(60_000, 5), None)
+                .unwrap()
+                .unwrap();
+            assert_eq!(bodies(&rest), ["kept"]);
+        }
+        let broker = open(dir.path(), QueueSettings::default());
+        let queue = broker.queue("q").unwrap();
+        let after = broker
+            .claim(&queue, terms(60_000, 5), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            bodies(&after),
+            ["kept"],
+            "the acknowledged message stays gone"
+        );
+    }
+
+    #[tokio::test]
+    async fn too_many_claims_dead_letter_the_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = QueueSettings {
+            max_delivery_attempts: 2,
+            dead_letter_address: Some("dlq".into()),
+            ..QueueSettings::default()
+        };
+        let broker = open(dir.path(), settings);
+        put(&broker, "q", "poison");
+        let queue = broker.queue("q").unwrap();
+        for _ in 0..2 {
+            let c = broker
+                .claim(&queue, terms(60_000, 1), None)
+                .unwrap()
+                .unwrap();
+            assert!(broker.release_claim("q", &c.id));
+        }
+        assert!(broker
+            .claim(&queue, terms(60_000, 1), None)
+            .unwrap()
+            .is_none());
+        let dlq = broker.queue("dlq").expect("dead-letter queue made");
+        let moved = broker.claim(&dlq, terms(60_000, 1), None).unwrap().unwrap();
+        assert_eq!(bodies(&moved), ["poison"]);
+    }
+
+    #[tokio::test]
+    async fn grace_keeps_an_expiring_message_past_the_claim() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        let mut m = Message::new(Arc::from("q"), bytes::Bytes::from_static(b"x"), now_ms());
+        m.expires_at = Some(now_ms() + 150);
+        broker.publish(m, RoutingType::Anycast).unwrap();
+        let queue = broker.queue("q").unwrap();
+        let claim = ClaimTerms {
+            ttl: Duration::from_millis(100),
+            grace: Duration::from_secs(60),
+            limit: 1,
+        };
+        broker.claim(&queue, claim, None).unwrap().unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let again = broker.claim(&queue, terms(60_000, 1), None).unwrap();
+        assert!(again.is_some(), "its ttl was extended by the grace");
+    }
+
+    #[tokio::test]
+    async fn a_waiting_message_can_be_removed_by_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        put(&broker, "q", "a");
+        put(&broker, "q", "b");
+        let queue = broker.queue("q").unwrap();
+        let seen = queue.peek(0, 10, false);
+        assert_eq!(seen.len(), 2);
+        queue
+            .remove_waiting(seen[0].seq)
+            .unwrap()
+            .wait()
+            .await
+            .unwrap();
+        assert!(queue.remove_waiting(seen[0].seq).is_none());
+        let rest = broker
+            .claim(&queue, terms(60_000, 5), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&rest), ["b"]);
+        let listed = queue.peek(0, 10, true);
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].held_by.is_some());
+        assert_eq!(
+            broker
+                .claim_holding(&queue, listed[0].held_by.unwrap())
+                .as_deref(),
+            Some(&*rest.id)
+        );
+    }
+}

@@ -1,0 +1,141 @@
+//! What claims (see [`crate::core::claims`]) and HTTP clients that address
+//! messages one by one need of a queue beside dispatch: a look at its
+//! messages from a position on, the deliveries one consumer holds, a later
+//! expiry for them, and the removal of a waiting message by its sequence.
+//! None of it runs on the dispatch path.
+
+use super::browse::Seen;
+use super::effects::AfterUnlock;
+use super::ready::Pick;
+use super::Queue;
+use crate::core::consumer::ConsumerId;
+use crate::core::message::Message;
+use crate::core::receipt::Receipt;
+use crate::store::{MessageKey, Op};
+use std::sync::Arc;
+
+/// A message seen without being taken.
+#[derive(Debug, Clone)]
+pub struct Peeked {
+    pub seq: u64,
+    pub message: Arc<Message>,
+    /// Deliveries so far.
+    pub delivery_count: u32,
+    /// The consumer it is in flight to, if it is.
+    pub held_by: Option<ConsumerId>,
+}
+
+impl Queue {
+    /// Up to `limit` messages with a sequence above `after`, oldest first:
+    /// those waiting (in memory or paged; expired ones left out) and, with
+    /// `in_flight`, those delivered and not settled.
+    pub fn peek(&self, after: u64, limit: usize, in_flight: bool) -> Vec<Peeked> {
+        let st = self.state.lock();
+        let (waiting, _) = self.browse_page(&st, after, limit, None);
+        let mut seen: Vec<Peeked> = waiting
+            .into_iter()
+            .map(
+                |Seen {
+                     seq,
+                     message,
+                     delivery_count,
+                 }| Peeked {
+                    seq,
+                    message,
+                    delivery_count,
+                    held_by: None,
+                },
+            )
+            .collect();
+        if in_flight {
+            seen.extend(st.in_flight.iter().filter(|(seq, _)| **seq > after).map(
+                |(seq, flight)| Peeked {
+                    seq: *seq,
+                    message: flight.entry.message.clone(),
+                    delivery_count: flight.entry.delivery_count,
+                    held_by: Some(flight.consumer),
+                },
+            ));
+            seen.sort_unstable_by_key(|p| p.seq);
+            seen.truncate(limit);
+        }
+        seen
+    }
+
+    /// One message by sequence, waiting (in memory) or in flight.
+    pub fn peek_one(&self, seq: u64) -> Option<Peeked> {
+        let st = self.state.lock();
+        if let Some(flight) = st.in_flight.get(&seq) {
+            return Some(Peeked {
+                seq,
+                message: flight.entry.message.clone(),
+                delivery_count: flight.entry.delivery_count,
+                held_by: Some(flight.consumer),
+            });
+        }
+        drop(st);
+        self.peek(seq.saturating_sub(1), 1, false)
+            .into_iter()
+            .find(|p| p.seq == seq)
+    }
+
+    /// Gives each delivery `consumer` holds that would expire before
+    /// `at_least` (epoch ms) that expiry instead: a claim's grace keeps its
+    /// messages alive past the claim's end (in memory; a restart forgets it
+    /// with the claim).
+    pub fn extend_expiry_of(&self, consumer: ConsumerId, at_least: u64) {
+        let mut st = self.state.lock();
+        for flight in st.in_flight.values_mut() {
+            if flight.consumer != consumer {
+                continue;
+            }
+            if flight
+                .entry
+                .message
+                .expires_at
+                .is_some_and(|at| at < at_least)
+            {
+                Arc::make_mut(&mut flight.entry.message).expires_at = Some(at_least);
+            }
+        }
+    }
+
+    /// Removes a waiting message that is in memory and nobody holds (ungrouped,
+    /// or the head of its group) for good, as an acknowledgement would.
+    /// `None` when it is not there: in flight, already gone, or paged to disk.
+    pub fn remove_waiting(self: &Arc<Self>, seq: u64) -> Option<Receipt> {
+        let mut after = AfterUnlock::default();
+        let receipt = {
+            let mut st = self.state.lock();
+            let (priority, lane) = st
+                .ready
+                .entries_after(seq.saturating_sub(1))
+                .find(|e| e.seq == seq)
+                .map(|e| (e.message.priority, e.lane.clone()))?;
+            let pick = match &lane {
+                None => Pick::Ungrouped((9u8.saturating_sub(priority.min(9)), seq)),
+                Some(lane) if st.ready.lane_head(lane).is_some_and(|h| h.seq == seq) => {
+                    Pick::Lane(lane.clone(), false)
+                }
+                Some(_) => return None,
+            };
+            let owner = st.owner_of(&lane);
+            let entry = st.ready.take(&pick, owner)?;
+            self.counters.acked(1);
+            let receipt = match entry.persisted {
+                true => Receipt::from(self.store.submit(Op::DeleteMessage {
+                    key: MessageKey {
+                        queue: self.id,
+                        seq,
+                    },
+                })),
+                false => Receipt::ready(),
+            };
+            // Senders held back while the queue drained may go on.
+            self.dispatch(&mut st, &mut after);
+            receipt
+        };
+        self.finish(after);
+        Some(receipt)
+    }
+}

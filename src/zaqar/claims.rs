@@ -1,0 +1,226 @@
+//! `/v2/queues/{queue}/claims`: create, get, renew (PATCH), release (DELETE).
+//!
+//! A claim here is a core claim ([`crate::core::claims`]). The queue's
+//! `_max_claim_count` is applied as Zaqar applies it: a message claimed that
+//! many times already is not handed out again but moved to the queue's
+//! `_dead_letter_queue`, when it has one.
+
+use super::context::Ctx;
+use super::error::{Result, ZaqarError};
+use super::limits;
+use super::metadata::QueueRules;
+use super::queues::{number, parse_json};
+use super::render::message_json;
+use crate::core::claims::{ClaimTerms, ClaimView, ClaimedMessage};
+use crate::core::message::{now_ms, Message};
+use crate::core::security::Permission;
+use crate::core::Receipt;
+use axum::body::Bytes;
+use axum::extract::{Path, Query};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Deserialize)]
+pub struct LimitParam {
+    limit: Option<String>,
+}
+
+/// `ttl` and `grace` from a claim's body, Zaqar's defaults where absent.
+fn terms_of(body: &[u8]) -> Result<(u64, u64)> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok((limits::DEFAULT_CLAIM_TTL, limits::DEFAULT_CLAIM_GRACE));
+    }
+    let doc = parse_json(body)?;
+    let Value::Object(doc) = doc else {
+        return Err(ZaqarError::BadRequest(
+            "A claim's body must be a JSON object.".into(),
+        ));
+    };
+    // python-zaqarclient sends `null` for what it was not given.
+    let field = |name: &str, default: u64, min: u64, max: u64| {
+        match doc.get(name).filter(|v| !v.is_null()) {
+        None => Ok(default),
+        Some(v) => match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(ZaqarError::BadRequest(format!(
+                "The {name} for a claim may not exceed {max} seconds, and must be at least {min} seconds long."
+            ))),
+        },
+    }
+    };
+    let ttl = field(
+        "ttl",
+        limits::DEFAULT_CLAIM_TTL,
+        limits::MIN_CLAIM_TTL,
+        limits::MAX_CLAIM_TTL,
+    )?;
+    let grace = field(
+        "grace",
+        limits::DEFAULT_CLAIM_GRACE,
+        0,
+        limits::MAX_CLAIM_GRACE,
+    )?;
+    Ok((ttl, grace))
+}
+
+fn messages_json(queue: &str, claim: &ClaimView) -> Vec<Value> {
+    let base = format!("/v2/queues/{queue}");
+    claim
+        .messages
+        .iter()
+        .map(|m| {
+            message_json(
+                &base,
+                &m.message,
+                m.seq,
+                Some((&claim.id, m.delivery_count)),
+            )
+        })
+        .collect()
+}
+
+pub async fn create(
+    ctx: Ctx,
+    Path(queue): Path<String>,
+    Query(params): Query<LimitParam>,
+    body: Bytes,
+) -> Result<Response> {
+    let weir = ctx.weir_name(&queue)?;
+    let limit = number(
+        &params.limit,
+        "limit",
+        1,
+        u64::from(limits::MAX_MESSAGES_PER_PAGE),
+    )?
+    .map_or(limits::DEFAULT_MESSAGES_PER_CLAIM, |n| n as u32);
+    let (ttl, grace) = terms_of(&body)?;
+    ctx.may(&weir, Permission::Consume)?;
+    let Some(q) = ctx.broker.queue(&weir) else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    let terms = ClaimTerms {
+        ttl: Duration::from_secs(ttl),
+        grace: Duration::from_secs(grace),
+        limit,
+    };
+    let rules = ctx.zaqar.rules(&weir);
+    let Some(mut claim) = ctx.broker.claim(&q, terms, None)? else {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    };
+    // Without a dead-letter queue the count changes nothing (as in Zaqar):
+    // a message is never dropped for being claimed often.
+    if let (Some(max), Some(_)) = (rules.max_claim_count, &rules.dead_letter_queue) {
+        let (over, kept): (Vec<ClaimedMessage>, Vec<ClaimedMessage>) = claim
+            .messages
+            .into_iter()
+            .partition(|m| m.delivery_count > max);
+        claim.messages = kept;
+        dead_letter(&ctx, &weir, &claim.id, &rules, over).await?;
+        if claim.messages.is_empty() {
+            ctx.broker.release_claim(&weir, &claim.id);
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+    }
+    let location = format!("/v2/queues/{queue}/claims/{}", claim.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        Json(json!({"messages": messages_json(&queue, &claim)})),
+    )
+        .into_response())
+}
+
+/// Moves messages claimed too often to the dead-letter queue: the copy is
+/// on disk before the original is acknowledged, so neither is lost.
+async fn dead_letter(
+    ctx: &Ctx,
+    weir: &str,
+    claim: &str,
+    rules: &QueueRules,
+    messages: Vec<ClaimedMessage>,
+) -> Result<()> {
+    if messages.is_empty() {
+        return Ok(());
+    }
+    if let Some(dlq) = &rules.dead_letter_queue {
+        let target = super::names::weir_name(ctx.project.as_deref(), dlq);
+        let queue = match ctx.broker.queue(&target) {
+            Some(q) => q,
+            None => ctx.broker.create_queue_as(&target, &ctx.principal)?.0,
+        };
+        let now = now_ms();
+        let copies = messages.iter().map(|m| {
+            let mut copy: Message = (*m.message).clone();
+            copy.address = Arc::from(target.as_str());
+            copy.due_at = None;
+            copy.timestamp = now;
+            if let Some(ttl) = rules.dead_letter_queue_messages_ttl {
+                copy.expires_at = Some(now + ttl * 1000);
+            }
+            Arc::new(copy)
+        });
+        let mut receipts = Vec::new();
+        for r in ctx.broker.publish_all_to(&queue, copies) {
+            receipts.push(r?);
+        }
+        Receipt::all(receipts).durability().wait().await?;
+    }
+    let acks: Vec<Receipt> = messages
+        .iter()
+        .filter_map(|m| ctx.broker.ack_claimed(weir, claim, m.seq).ok())
+        .collect();
+    Receipt::all(acks).wait().await?;
+    Ok(())
+}
+
+pub async fn get(ctx: Ctx, Path((queue, claim)): Path<(String, String)>) -> Result<Json<Value>> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Consume)?;
+    let view = ctx
+        .broker
+        .claim_view(&weir, &claim)
+        .ok_or_else(|| ZaqarError::NotFound(format!("Claim {claim} does not exist.")))?;
+    Ok(Json(json!({
+        "age": now_ms().saturating_sub(view.created_at) / 1000,
+        "ttl": view.ttl.as_secs(),
+        "grace": view.grace.as_secs(),
+        "messages": messages_json(&queue, &view),
+        "href": format!("/v2/queues/{queue}/claims/{claim}"),
+    })))
+}
+
+pub async fn renew(
+    ctx: Ctx,
+    Path((queue, claim)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<StatusCode> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Consume)?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ZaqarError::BadRequest(
+            "Missing claim metadata: give a ttl, a grace or both.".into(),
+        ));
+    }
+    let (ttl, grace) = terms_of(&body)?;
+    ctx.broker
+        .renew_claim(
+            &weir,
+            &claim,
+            Duration::from_secs(ttl),
+            Duration::from_secs(grace),
+        )
+        .map_err(|e| ZaqarError::NotFound(e.to_string()))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn release(ctx: Ctx, Path((queue, claim)): Path<(String, String)>) -> Result<StatusCode> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Consume)?;
+    ctx.broker.release_claim(&weir, &claim);
+    Ok(StatusCode::NO_CONTENT)
+}

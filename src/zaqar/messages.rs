@@ -1,0 +1,437 @@
+//! `/v2/queues/{queue}/messages`: post a batch, list, get and delete by ids,
+//! pop, and get or delete one (with its claim).
+
+use super::context::Ctx;
+use super::error::{Result, ZaqarError};
+use super::limits;
+use super::queues::{flag, number, parse_json};
+use super::render::{self, message_json, CLIENT_ID_PROPERTY};
+use crate::core::claims::{ClaimError, ClaimTerms};
+use crate::core::message::{now_ms, Message, Value as CoreValue};
+use crate::core::queue::Queue;
+use crate::core::schedule::{PropertyValue, ScheduleQuery};
+use crate::core::security::Permission;
+use crate::core::Receipt;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, RawQuery};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn base(queue: &str) -> String {
+    format!("/v2/queues/{queue}")
+}
+
+pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Response> {
+    let weir = ctx.weir_name(&queue)?;
+    let rules = ctx.zaqar.rules(&weir);
+    if body.len() > rules.max_messages_post_size {
+        return Err(ZaqarError::BadRequest(format!(
+            "Message collection size is too large. Max size {}",
+            rules.max_messages_post_size
+        )));
+    }
+    let doc = parse_json(&body)?;
+    let Some(Value::Array(posted)) = doc.get("messages") else {
+        return Err(ZaqarError::BadRequest(
+            "No messages were found in the request body.".into(),
+        ));
+    };
+    if posted.is_empty() || posted.len() > limits::MAX_MESSAGES_PER_PAGE as usize {
+        return Err(ZaqarError::BadRequest(format!(
+            "No more than {} messages may be posted at once, and at least one.",
+            limits::MAX_MESSAGES_PER_PAGE
+        )));
+    }
+    let now = now_ms();
+    let mut messages = Vec::with_capacity(posted.len());
+    let mut ids = Vec::with_capacity(posted.len());
+    for item in posted {
+        let Value::Object(item) = item else {
+            return Err(ZaqarError::BadRequest(
+                "Each message must be a JSON object.".into(),
+            ));
+        };
+        let Some(body) = item.get("body") else {
+            return Err(ZaqarError::BadRequest("Missing \"body\" field.".into()));
+        };
+        let ttl = match item.get("ttl").filter(|v| !v.is_null()) {
+            None => rules.default_message_ttl,
+            Some(v) => in_range(v, "ttl", limits::MIN_MESSAGE_TTL, limits::MAX_MESSAGE_TTL)?,
+        };
+        // As the delayed-queues seed says (and released Zaqar does): a
+        // message's delay counts only on a queue with a default delay.
+        let delay = match (
+            rules.default_message_delay,
+            item.get("delay").filter(|v| !v.is_null()),
+        ) {
+            (0, _) => 0,
+            (default, None) => default,
+            (_, Some(v)) => in_range(v, "delay", 0, limits::MAX_MESSAGE_DELAY)?,
+        };
+        let encoded = serde_json::to_vec(body)
+            .map_err(|e| ZaqarError::BadRequest(format!("Message body is not JSON: {e}")))?;
+        let mut message = Message::new(Arc::from(weir.as_str()), Bytes::from(encoded), now);
+        let id = render::new_message_id();
+        message.message_id = Some(Arc::from(id.as_str()));
+        message.content_type = Some(Arc::from("application/json"));
+        message.durable = true;
+        message.expires_at = Some(now + ttl * 1000);
+        if delay > 0 {
+            message.due_at = Some(now + delay * 1000);
+        }
+        message.properties.push((
+            Arc::from(CLIENT_ID_PROPERTY),
+            CoreValue::String(Arc::from(ctx.client_id.as_str())),
+        ));
+        messages.push(Arc::new(message));
+        ids.push(id);
+    }
+    let q = match ctx.broker.queue(&weir) {
+        Some(q) => q,
+        // Zaqar makes a queue when a message is first posted to it.
+        None => ctx.broker.create_queue_as(&weir, &ctx.principal)?.0,
+    };
+    ctx.may(&weir, Permission::Send)?;
+    let mut receipts = Vec::with_capacity(messages.len());
+    for result in ctx.broker.publish_all_to(&q, messages) {
+        receipts.push(result?);
+    }
+    // Answered only once every message is on disk.
+    Receipt::all(receipts).durability().wait().await?;
+    let path = format!("{}/messages", base(&queue));
+    let hrefs: Vec<String> = ids.iter().map(|id| format!("{path}/{id}")).collect();
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, format!("{path}?ids={}", ids.join(",")))],
+        Json(json!({"resources": hrefs})),
+    )
+        .into_response())
+}
+
+fn in_range(value: &Value, name: &str, min: u64, max: u64) -> Result<u64> {
+    match value.as_u64() {
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(ZaqarError::BadRequest(format!(
+            "The {name} of a message must be an integer from {min} to {max} seconds."
+        ))),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ListParams {
+    marker: Option<String>,
+    limit: Option<String>,
+    echo: Option<String>,
+    include_claimed: Option<String>,
+    include_delayed: Option<String>,
+}
+
+/// Every `ids` of the query string, joined by commas: clients send either
+/// `ids=a,b` or `ids=a&ids=b` (python-zaqarclient), and Zaqar takes both.
+fn ids_of(raw: &Option<String>) -> Option<String> {
+    let raw = raw.as_deref()?;
+    let ids: Vec<String> = raw
+        .split('&')
+        .filter_map(|pair| pair.strip_prefix("ids="))
+        .map(|v| v.replace("%2C", ",").replace("%2c", ","))
+        .collect();
+    (!ids.is_empty()).then(|| ids.join(","))
+}
+
+/// The claim id and claim count of a message in flight, when a claim holds it.
+fn claim_of(ctx: &Ctx, q: &Arc<Queue>, p: &crate::core::queue::Peeked) -> Option<(Arc<str>, u32)> {
+    let consumer = p.held_by?;
+    ctx.broker
+        .claim_holding(q, consumer)
+        .map(|id| (id, p.delivery_count))
+}
+
+fn render_peeked(ctx: &Ctx, queue: &str, q: &Arc<Queue>, p: &crate::core::queue::Peeked) -> Value {
+    let claim = claim_of(ctx, q, p);
+    message_json(
+        &base(queue),
+        &p.message,
+        p.seq,
+        claim.as_ref().map(|(id, n)| (&**id, *n)),
+    )
+}
+
+pub async fn list(
+    ctx: Ctx,
+    Path(queue): Path<String>,
+    Query(params): Query<ListParams>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Browse)?;
+    if let Some(ids) = ids_of(&raw) {
+        return by_ids(&ctx, &queue, &weir, &ids).map(Json);
+    }
+    let limit = number(
+        &params.limit,
+        "limit",
+        1,
+        u64::from(limits::MAX_MESSAGES_PER_PAGE),
+    )?
+    .map_or(limits::DEFAULT_MESSAGES_PER_PAGE, |n| n as u32) as usize;
+    let echo = flag(&params.echo, "echo")?;
+    let include_claimed = flag(&params.include_claimed, "include_claimed")?;
+    let include_delayed = flag(&params.include_delayed, "include_delayed")?;
+    let marker = match &params.marker {
+        None => 0,
+        Some(m) => m.parse::<u64>().map_err(|_| {
+            ZaqarError::BadRequest("The marker is not one this server gave out.".into())
+        })?,
+    };
+    let Some(q) = ctx.broker.queue(&weir) else {
+        return Ok(Json(json!({"messages": [], "links": []})));
+    };
+    let mut out = Vec::new();
+    let mut after = marker;
+    let mut next_marker = None;
+    'pages: loop {
+        let page = q.peek(after, limit, include_claimed);
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        for p in page {
+            if !echo && render::posted_by(&p.message) == Some(ctx.client_id.as_str()) {
+                continue;
+            }
+            out.push(render_peeked(&ctx, &queue, &q, &p));
+            next_marker = Some(p.seq);
+            if out.len() == limit {
+                break 'pages;
+            }
+        }
+    }
+    if include_delayed && out.len() < limit && marker == 0 {
+        out.extend(delayed(&ctx, &queue, &weir, limit - out.len(), echo).await);
+    }
+    let links = match (out.is_empty(), next_marker) {
+        (false, Some(m)) => json!([{
+            "rel": "next",
+            "href": format!(
+                "{}/messages?marker={m}&limit={limit}&echo={echo}&include_claimed={include_claimed}&include_delayed={include_delayed}",
+                base(&queue)
+            ),
+        }]),
+        _ => json!([]),
+    };
+    Ok(Json(json!({"messages": out, "links": links})))
+}
+
+/// Messages not due yet (they wait in the delay schedule, not in the
+/// queue), for `include_delayed`: listed after the queue's own, on the
+/// first page.
+async fn delayed(ctx: &Ctx, queue: &str, weir: &str, limit: usize, echo: bool) -> Vec<Value> {
+    let Some(schedule) = ctx.broker.schedule() else {
+        return Vec::new();
+    };
+    let query = ScheduleQuery {
+        queue: Some(weir.to_owned()),
+        from_ms: None,
+        to_ms: None,
+        cursor: None,
+        limit,
+        preview_bytes: limits::MAX_MESSAGES_POST_SIZE,
+    };
+    let Ok(page) = schedule.list_page(&query).await else {
+        return Vec::new();
+    };
+    let now = now_ms();
+    page.items
+        .into_iter()
+        .filter(|s| {
+            echo || !s
+                .properties
+                .iter()
+                .any(|p| p.name == CLIENT_ID_PROPERTY && p.value == PropertyValue::String(ctx.client_id.clone()))
+        })
+        .map(|s| {
+            let id = s.message_id.clone().unwrap_or_else(|| s.id.clone());
+            let body: Value = serde_json::from_str(&s.body_preview)
+                .unwrap_or(Value::String(s.body_preview.clone()));
+            json!({
+                "id": id,
+                "href": format!("{}/messages/{id}", base(queue)),
+                "ttl": s.headers.expires_ms.map_or(limits::MAX_MESSAGE_TTL, |e| e.saturating_sub(s.enqueued_ms) / 1000),
+                "age": now.saturating_sub(s.enqueued_ms) / 1000,
+                "body": body,
+            })
+        })
+        .collect()
+}
+
+fn split_ids(ids: &str) -> Result<Vec<&str>> {
+    let list: Vec<&str> = ids.split(',').filter(|s| !s.is_empty()).collect();
+    if list.is_empty() || list.len() > limits::MAX_MESSAGES_PER_PAGE as usize {
+        return Err(ZaqarError::BadRequest(format!(
+            "The ids parameter must name from 1 to {} messages.",
+            limits::MAX_MESSAGES_PER_PAGE
+        )));
+    }
+    Ok(list)
+}
+
+fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> {
+    let ids = split_ids(ids)?;
+    let found: Vec<Value> = match ctx.broker.queue(weir) {
+        None => Vec::new(),
+        Some(q) => ids
+            .iter()
+            .filter_map(|id| render::find(&q, id))
+            .map(|p| render_peeked(ctx, queue, &q, &p))
+            .collect(),
+    };
+    if found.is_empty() {
+        return Err(ZaqarError::NotFound(format!(
+            "No messages with IDs: {} found in the queue {queue}.",
+            ids.join(",")
+        )));
+    }
+    Ok(json!({"messages": found}))
+}
+
+#[derive(Deserialize)]
+pub struct DeleteParams {
+    pop: Option<String>,
+}
+
+pub async fn delete_many(
+    ctx: Ctx,
+    Path(queue): Path<String>,
+    Query(params): Query<DeleteParams>,
+    RawQuery(raw): RawQuery,
+) -> Result<Response> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Consume)?;
+    let pop = number(
+        &params.pop,
+        "pop",
+        1,
+        u64::from(limits::MAX_MESSAGES_PER_PAGE),
+    )?;
+    match (ids_of(&raw), pop) {
+        (Some(_), Some(_)) => Err(ZaqarError::BadRequest(
+            "ids and pop may not be specified at the same time.".into(),
+        )),
+        (None, None) => Err(ZaqarError::BadRequest(
+            "Either ids or pop must be specified.".into(),
+        )),
+        (Some(ids), None) => {
+            let ids = split_ids(&ids)?;
+            if let Some(q) = ctx.broker.queue(&weir) {
+                let mut receipts = Vec::new();
+                for id in ids {
+                    if let Some(p) = render::find(&q, id) {
+                        receipts.extend(remove(&ctx, &weir, &q, &p));
+                    }
+                }
+                Receipt::all(receipts).wait().await?;
+            }
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (None, Some(n)) => {
+            let Some(q) = ctx.broker.queue(&weir) else {
+                return Ok(Json(json!({"messages": []})).into_response());
+            };
+            let terms = ClaimTerms {
+                ttl: Duration::from_secs(limits::MIN_CLAIM_TTL),
+                grace: Duration::ZERO,
+                limit: n as u32,
+            };
+            let mut popped = Vec::new();
+            if let Some(claim) = ctx.broker.claim(&q, terms, None)? {
+                let mut receipts = Vec::new();
+                for m in &claim.messages {
+                    if let Ok(r) = ctx.broker.ack_claimed(&weir, &claim.id, m.seq) {
+                        receipts.push(r);
+                        let mut shown = message_json(&base(&queue), &m.message, m.seq, None);
+                        if let Some(o) = shown.as_object_mut() {
+                            o.remove("href");
+                        }
+                        popped.push(shown);
+                    }
+                }
+                ctx.broker.release_claim(&weir, &claim.id);
+                Receipt::all(receipts).wait().await?;
+            }
+            Ok(Json(json!({"messages": popped})).into_response())
+        }
+    }
+}
+
+/// Deletes a message found by id, through its claim if one holds it (a
+/// bulk delete by ids deletes claimed messages too, as Zaqar's does).
+fn remove(
+    ctx: &Ctx,
+    weir: &str,
+    q: &Arc<Queue>,
+    p: &crate::core::queue::Peeked,
+) -> Option<Receipt> {
+    match p.held_by {
+        None => q.remove_waiting(p.seq),
+        Some(consumer) => {
+            let claim = ctx.broker.claim_holding(q, consumer)?;
+            ctx.broker.ack_claimed(weir, &claim, p.seq).ok()
+        }
+    }
+}
+
+pub async fn get_one(ctx: Ctx, Path((queue, id)): Path<(String, String)>) -> Result<Json<Value>> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Browse)?;
+    let not_found = || ZaqarError::NotFound(format!("Message {id} does not exist."));
+    let q = ctx.broker.queue(&weir).ok_or_else(not_found)?;
+    let p = render::find(&q, &id).ok_or_else(not_found)?;
+    Ok(Json(render_peeked(&ctx, &queue, &q, &p)))
+}
+
+#[derive(Deserialize)]
+pub struct ClaimParam {
+    claim_id: Option<String>,
+}
+
+pub async fn delete_one(
+    ctx: Ctx,
+    Path((queue, id)): Path<(String, String)>,
+    Query(params): Query<ClaimParam>,
+) -> Result<StatusCode> {
+    let weir = ctx.weir_name(&queue)?;
+    ctx.may(&weir, Permission::Consume)?;
+    let Some(q) = ctx.broker.queue(&weir) else {
+        return Ok(StatusCode::NO_CONTENT);
+    };
+    let Some(p) = render::find(&q, &id) else {
+        return Ok(StatusCode::NO_CONTENT);
+    };
+    let receipt = match (&params.claim_id, p.held_by) {
+        (Some(claim), _) => ctx
+            .broker
+            .ack_claimed(&weir, claim, p.seq)
+            .map_err(|e| match e {
+                ClaimError::NotFound(_) => ZaqarError::BadRequest(
+                    "The specified claim does not exist or has expired.".into(),
+                ),
+                ClaimError::NotClaimed { .. } => ZaqarError::BadRequest(
+                    "A claim was specified, but the message is not currently claimed.".into(),
+                ),
+            })?,
+        (None, Some(_)) => {
+            return Err(ZaqarError::Forbidden(
+                "This message is claimed; it cannot be deleted without a valid claim ID.".into(),
+            ))
+        }
+        (None, None) => match q.remove_waiting(p.seq) {
+            Some(receipt) => receipt,
+            None => return Ok(StatusCode::NO_CONTENT),
+        },
+    };
+    receipt.wait().await?;
+    Ok(StatusCode::NO_CONTENT)
+}

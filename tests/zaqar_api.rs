@@ -1,0 +1,542 @@
+//! The Zaqar v2 API over real sockets: a broker process, an independent HTTP client
+//! (reqwest), and STOMP on the same broker for what crosses between the two.
+
+mod common;
+
+use common::BrokerProcess;
+use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const CLIENT: &str = "3381af92-2b9e-11e3-b191-71861300734c";
+const OTHER_CLIENT: &str = "5f2c6f1e-0b7a-4d0e-9a43-1e2f3a4b5c6d";
+
+struct Zaqar {
+    base: String,
+    client: Client,
+    project: Option<&'static str>,
+    client_id: &'static str,
+}
+
+impl Zaqar {
+    fn new(broker: &BrokerProcess) -> Self {
+        Zaqar {
+            base: format!("http://{}", broker.http.expect("HTTP listener")),
+            client: Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .unwrap(),
+            project: None,
+            client_id: CLIENT,
+        }
+    }
+
+    fn in_project(mut self, project: &'static str) -> Self {
+        self.project = Some(project);
+        self
+    }
+
+    fn req(&self, method: &str, path: &str) -> RequestBuilder {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let r = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .header("Client-ID", self.client_id);
+        match self.project {
+            Some(p) => r.header("X-Project-Id", p),
+            None => r,
+        }
+    }
+
+    fn send(&self, method: &str, path: &str, body: Option<Value>) -> Response {
+        let r = self.req(method, path);
+        match body {
+            Some(b) => r.json(&b).send().unwrap(),
+            None => r.send().unwrap(),
+        }
+    }
+
+    fn json(&self, method: &str, path: &str, body: Option<Value>, status: StatusCode) -> Value {
+        let r = self.send(method, path, body);
+        assert_eq!(r.status(), status, "{method} {path}");
+        r.json().unwrap()
+    }
+
+    fn post_messages(&self, queue: &str, messages: Value) -> Vec<String> {
+        let body = self.json(
+            "POST",
+            &format!("/v2/queues/{queue}/messages"),
+            Some(json!({ "messages": messages })),
+            StatusCode::CREATED,
+        );
+        body["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h.as_str().unwrap().rsplit('/').next().unwrap().to_owned())
+            .collect()
+    }
+
+    fn list(&self, queue: &str, query: &str) -> Vec<Value> {
+        let body = self.json(
+            "GET",
+            &format!("/v2/queues/{queue}/messages?{query}"),
+            None,
+            StatusCode::OK,
+        );
+        body["messages"].as_array().unwrap().clone()
+    }
+}
+
+/// A 400 (or `status`) with Zaqar's `{"title", "description"}`; returns the description.
+fn assert_zaqar_error(r: Response, status: StatusCode) -> String {
+    assert_eq!(r.status(), status);
+    let body: Value = r.json().unwrap();
+    assert!(body["title"].is_string(), "{body}");
+    let description = body["description"].as_str().expect("a description");
+    assert!(!description.is_empty());
+    description.to_owned()
+}
+
+fn start() -> (tempfile::TempDir, BrokerProcess) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), None);
+    (dir, broker)
+}
+
+fn bodies(messages: &[Value]) -> Vec<Value> {
+    messages.iter().map(|m| m["body"].clone()).collect()
+}
+
+#[test]
+fn queues_are_created_listed_patched_and_deleted() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send("PUT", "/v2/queues/orders", Some(json!({"colour": "blue"})));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(r.headers()["location"], "/v2/queues/orders");
+    assert_eq!(
+        z.send("PUT", "/v2/queues/orders", None).status(),
+        StatusCode::NO_CONTENT,
+        "already there"
+    );
+    z.send("PUT", "/v2/queues/billing", None);
+    let page = z.json(
+        "GET",
+        "/v2/queues?limit=1&detailed=true",
+        None,
+        StatusCode::OK,
+    );
+    assert_eq!(page["queues"][0]["name"], "billing");
+    let next = page["links"][0]["href"].as_str().unwrap().to_owned();
+    let page = z.json("GET", &next, None, StatusCode::OK);
+    assert_eq!(page["queues"][0]["name"], "orders");
+    let r = z
+        .req("PATCH", "/v2/queues/orders")
+        .header(
+            "Content-Type",
+            "application/openstack-messaging-v2.0-json-patch",
+        )
+        .body(r#"[{"op":"replace","path":"/metadata/colour","value":"red"},{"op":"add","path":"/metadata/_default_message_ttl","value":120}]"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let meta = z.json("GET", "/v2/queues/orders", None, StatusCode::OK);
+    assert_eq!(meta, json!({"colour": "red", "_default_message_ttl": 120}));
+    let r = z.send("PATCH", "/v2/queues/orders", Some(json!([])));
+    assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("json-patch"));
+    z.post_messages("orders", json!([{"body": 1}, {"body": 2}]));
+    let stats = z.json("GET", "/v2/queues/orders/stats", None, StatusCode::OK);
+    assert_eq!(stats["messages"]["free"], 2);
+    assert_eq!(stats["messages"]["total"], 2);
+    let r = z.send(
+        "POST",
+        "/v2/queues/orders/purge",
+        Some(json!({"resource_types": ["messages"]})),
+    );
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let stats = z.json("GET", "/v2/queues/orders/stats", None, StatusCode::OK);
+    assert_eq!(stats["messages"]["total"], 0);
+    assert_eq!(
+        z.send("DELETE", "/v2/queues/orders", None).status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        z.send("GET", "/v2/queues/orders", None).status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[test]
+fn messages_are_posted_listed_fetched_and_deleted() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let ids = z.post_messages(
+        "q",
+        json!([{"body": {"n": 1}, "ttl": 300}, {"body": "two"}, {"body": [3]}]),
+    );
+    assert_eq!(ids.len(), 3);
+    assert!(z.list("q", "").is_empty(), "no echo of our own messages");
+    let all = z.list("q", "echo=true");
+    assert_eq!(bodies(&all), [json!({"n": 1}), json!("two"), json!([3])]);
+    assert_eq!(all[0]["ttl"], 300);
+    assert_eq!(all[1]["ttl"], 3600, "Zaqar's default ttl");
+    let other = Zaqar {
+        client_id: OTHER_CLIENT,
+        ..Zaqar::new(&broker)
+    };
+    assert_eq!(
+        other.list("q", "limit=2").len(),
+        2,
+        "another client sees them"
+    );
+    let one = z.json(
+        "GET",
+        &format!("/v2/queues/q/messages/{}", ids[1]),
+        None,
+        StatusCode::OK,
+    );
+    assert_eq!(one["body"], "two");
+    let some = z.json(
+        "GET",
+        &format!("/v2/queues/q/messages?ids={},{}", ids[0], ids[2]),
+        None,
+        StatusCode::OK,
+    );
+    assert_eq!(some["messages"].as_array().unwrap().len(), 2);
+    let r = z.send("DELETE", &format!("/v2/queues/q/messages/{}", ids[1]), None);
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        z.send("GET", &format!("/v2/queues/q/messages/{}", ids[1]), None)
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let r = z.send(
+        "DELETE",
+        &format!("/v2/queues/q/messages?ids={}", ids[0]),
+        None,
+    );
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let popped = z.json(
+        "DELETE",
+        "/v2/queues/q/messages?pop=5",
+        None,
+        StatusCode::OK,
+    );
+    assert_eq!(bodies(popped["messages"].as_array().unwrap()), [json!([3])]);
+    assert!(z.list("q", "echo=true").is_empty());
+}
+
+#[test]
+fn claims_lease_messages_and_deleting_with_the_claim_acknowledges() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.post_messages("jobs", json!([{"body": 1}, {"body": 2}, {"body": 3}]));
+    let r = z.send(
+        "POST",
+        "/v2/queues/jobs/claims?limit=2",
+        Some(json!({"ttl": 60, "grace": 30})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let claimed: Value = r.json().unwrap();
+    let claimed = claimed["messages"].as_array().unwrap().clone();
+    assert_eq!(bodies(&claimed), [json!(1), json!(2)]);
+    let href = claimed[0]["href"].as_str().unwrap();
+    assert!(href.contains("?claim_id="), "{href}");
+    let claim_id = location.rsplit('/').next().unwrap().to_owned();
+
+    let view = z.json("GET", &location, None, StatusCode::OK);
+    assert_eq!(view["ttl"], 60);
+    assert_eq!(view["messages"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        bodies(&z.list("jobs", "echo=true")),
+        [json!(3)],
+        "claimed ones are hidden"
+    );
+    assert_eq!(
+        z.list("jobs", "echo=true&include_claimed=true").len(),
+        3,
+        "unless asked for"
+    );
+    let second = z.json("POST", "/v2/queues/jobs/claims", None, StatusCode::CREATED);
+    assert_eq!(bodies(second["messages"].as_array().unwrap()), [json!(3)]);
+    assert_eq!(
+        z.send("POST", "/v2/queues/jobs/claims", None).status(),
+        StatusCode::NO_CONTENT,
+        "nothing left to claim"
+    );
+
+    let id = claimed[0]["id"].as_str().unwrap();
+    let r = z.send("DELETE", &format!("/v2/queues/jobs/messages/{id}"), None);
+    assert!(assert_zaqar_error(r, StatusCode::FORBIDDEN).contains("claim"));
+    let r = z.send(
+        "DELETE",
+        &format!("/v2/queues/jobs/messages/{id}?claim_id=nope"),
+        None,
+    );
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    let r = z.send("DELETE", claimed[0]["href"].as_str().unwrap(), None);
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+
+    let r = z.send("PATCH", &location, Some(json!({"ttl": 120})));
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(z.json("GET", &location, None, StatusCode::OK)["ttl"], 120);
+    assert_eq!(
+        z.send("DELETE", &location, None).status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(
+        z.send("GET", &location, None).status(),
+        StatusCode::NOT_FOUND
+    );
+    assert!(!claim_id.is_empty());
+    let again = z.json("POST", "/v2/queues/jobs/claims", None, StatusCode::CREATED);
+    assert_eq!(
+        bodies(again["messages"].as_array().unwrap()),
+        [json!(2)],
+        "released: available again; the deleted one is gone"
+    );
+    assert_eq!(again["messages"][0]["claim_count"], 2);
+}
+
+#[test]
+fn delay_counts_only_on_queues_with_a_default_delay() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    // Scenario 3 of the seed: a normal queue ignores a message's delay.
+    z.post_messages("plain", json!([{"body": "now", "delay": 60}]));
+    assert_eq!(bodies(&z.list("plain", "echo=true")), [json!("now")]);
+
+    z.send(
+        "PUT",
+        "/v2/queues/slow",
+        Some(json!({"_default_message_delay": 2})),
+    );
+    z.post_messages(
+        "slow",
+        json!([{"body": "default"}, {"body": "own", "delay": 30}]),
+    );
+    assert!(
+        z.list("slow", "echo=true").is_empty(),
+        "not listed before due"
+    );
+    let delayed = z.list("slow", "echo=true&include_delayed=true");
+    assert_eq!(delayed.len(), 2, "unless asked for");
+    assert_eq!(
+        z.send("POST", "/v2/queues/slow/claims", None).status(),
+        StatusCode::NO_CONTENT,
+        "not claimable before due"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let claimed = z.json("POST", "/v2/queues/slow/claims", None, StatusCode::CREATED);
+    assert_eq!(
+        bodies(claimed["messages"].as_array().unwrap()),
+        [json!("default")],
+        "the message's own delay overrides the default"
+    );
+    let r = z.send(
+        "POST",
+        "/v2/queues/slow/messages",
+        Some(json!({"messages": [{"body": 1, "delay": 901}]})),
+    );
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+}
+
+#[test]
+fn too_many_claims_move_a_message_to_the_dead_letter_queue() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.send(
+        "PUT",
+        "/v2/queues/work",
+        Some(json!({"_max_claim_count": 1, "_dead_letter_queue": "dead", "_dead_letter_queue_messages_ttl": 3600})),
+    );
+    z.post_messages("work", json!([{"body": "poison"}]));
+    let first = z.send("POST", "/v2/queues/work/claims", None);
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    z.send("DELETE", &location, None);
+    assert_eq!(
+        z.send("POST", "/v2/queues/work/claims", None).status(),
+        StatusCode::NO_CONTENT,
+        "claimed once already: moved, not claimed again"
+    );
+    assert_eq!(bodies(&z.list("dead", "echo=true")), [json!("poison")]);
+}
+
+#[test]
+fn bad_input_gets_zaqar_errors() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z
+        .client
+        .get(format!("{}/v2/queues", z.base))
+        .send()
+        .unwrap();
+    assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("Client-ID"));
+    let r = z
+        .client
+        .get(format!("{}/v2/queues", z.base))
+        .header("Client-ID", "not-a-uuid")
+        .send()
+        .unwrap();
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    let r = z
+        .req("POST", "/v2/queues/q/messages")
+        .body("{not json")
+        .send()
+        .unwrap();
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    let r = z.send(
+        "POST",
+        "/v2/queues/q/messages",
+        Some(json!({"messages": [{"ttl": 60}]})),
+    );
+    assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("body"));
+    let r = z.send(
+        "POST",
+        "/v2/queues/q/messages",
+        Some(json!({"messages": [{"body": 1, "ttl": 5}]})),
+    );
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    let r = z.send("PUT", "/v2/queues/q2", Some(json!({"_bogus": 1})));
+    assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("_bogus"));
+    let r = z.send("PUT", "/v2/queues/bad.name", None);
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    z.send(
+        "PUT",
+        "/v2/queues/small",
+        Some(json!({"_max_messages_post_size": 100})),
+    );
+    let r = z.send(
+        "POST",
+        "/v2/queues/small/messages",
+        Some(json!({"messages": [{"body": "x".repeat(200)}]})),
+    );
+    assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("too large"));
+    for (query, body) in [
+        ("limit=21", json!({})),
+        ("limit=0", json!({})),
+        ("", json!({"ttl": 10})),
+        ("", json!({"grace": 50000})),
+    ] {
+        let r = z.send(
+            "POST",
+            &format!("/v2/queues/small/claims?{query}"),
+            Some(body),
+        );
+        assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    }
+    let r = z.send("DELETE", "/v2/queues/small/messages", None);
+    assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    for path in [
+        "/v2/queues/small/subscriptions",
+        "/v2/pools",
+        "/v2/flavors/f",
+    ] {
+        let r = z.send("GET", path, None);
+        assert!(assert_zaqar_error(r, StatusCode::NOT_IMPLEMENTED).contains("not"));
+    }
+    assert_eq!(
+        z.send("GET", "/v2/ping", None).status(),
+        StatusCode::NO_CONTENT
+    );
+    assert_eq!(z.send("GET", "/v2", None).status(), StatusCode::OK);
+}
+
+#[test]
+fn projects_namespace_queues_and_the_default_project_is_weirs() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let p = Zaqar::new(&broker).in_project("tenant1");
+    z.post_messages("shared", json!([{"body": "default"}]));
+    p.post_messages("shared", json!([{"body": "tenant"}]));
+    assert_eq!(bodies(&z.list("shared", "echo=true")), [json!("default")]);
+    assert_eq!(bodies(&p.list("shared", "echo=true")), [json!("tenant")]);
+    let names = |zq: &Zaqar| -> Vec<Value> {
+        let page = zq.json("GET", "/v2/queues", None, StatusCode::OK);
+        page["queues"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["name"].clone())
+            .collect()
+    };
+    assert_eq!(names(&z), [json!("shared")]);
+    assert_eq!(names(&p), [json!("shared")]);
+    let mut stomp = broker.client();
+    stomp.subscribe("1", "/queue/tenant1/shared", "client");
+    let got = stomp.recv().expect("the project's message over STOMP");
+    assert_eq!(got.body_text(), "\"tenant\"");
+}
+
+#[test]
+fn posted_over_http_consumed_over_stomp_and_back() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.post_messages("x", json!([{"body": {"hello": "stomp"}}]));
+    let mut stomp = broker.client();
+    stomp.subscribe("1", "/queue/x", "client");
+    let got = stomp.recv().expect("MESSAGE");
+    assert_eq!(got.header("content-type"), Some("application/json"));
+    assert_eq!(
+        serde_json::from_slice::<Value>(&got.body).unwrap(),
+        json!({"hello": "stomp"})
+    );
+    stomp.ack_receipted(&got, "acked");
+    assert_eq!(stomp.recv().unwrap().command, "RECEIPT");
+
+    let mut sender = broker.client();
+    sender.send_receipted("/queue/y", "plain text", &[], "sent");
+    let claimed = z.json("POST", "/v2/queues/y/claims", None, StatusCode::CREATED);
+    assert_eq!(claimed["messages"][0]["body"], "plain text");
+    let href = claimed["messages"][0]["href"].as_str().unwrap().to_owned();
+    assert_eq!(
+        z.send("DELETE", &href, None).status(),
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[test]
+fn claimed_messages_wait_for_the_claim_before_stomp_gets_them() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.post_messages("leased", json!([{"body": 1}]));
+    let r = z.send("POST", "/v2/queues/leased/claims", Some(json!({"ttl": 60})));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let mut stomp = broker.client();
+    stomp.subscribe("1", "/queue/leased", "client");
+    assert!(
+        stomp.recv_timeout(Duration::from_millis(500)).is_none(),
+        "claimed: not dispatched"
+    );
+    assert_eq!(
+        z.send("DELETE", &location, None).status(),
+        StatusCode::NO_CONTENT
+    );
+    let got = stomp.recv().expect("released: delivered to STOMP");
+    assert_eq!(got.body_text(), "1");
+}
+
+#[test]
+fn a_post_answered_survives_kill_9_and_an_ack_by_claim_too() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.post_messages("durable", json!([{"body": "a"}, {"body": "b"}]));
+    let claimed = z.json(
+        "POST",
+        "/v2/queues/durable/claims?limit=1",
+        None,
+        StatusCode::CREATED,
+    );
+    let href = claimed["messages"][0]["href"].as_str().unwrap().to_owned();
+    assert_eq!(
+        z.send("DELETE", &href, None).status(),
+        StatusCode::NO_CONTENT
+    );
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    assert_eq!(bodies(&z.list("durable", "echo=true")), [json!("b")]);
+}
