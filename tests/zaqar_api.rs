@@ -540,3 +540,71 @@ fn a_post_answered_survives_kill_9_and_an_ack_by_claim_too() {
     let z = Zaqar::new(&broker);
     assert_eq!(bodies(&z.list("durable", "echo=true")), [json!("b")]);
 }
+
+#[test]
+fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/audited",
+        Some(json!({"_default_message_delay": 2, "colour": "blue"})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    let metadata = z.json("GET", "/v2/queues/audited", None, StatusCode::OK);
+    assert_eq!(
+        metadata,
+        json!({"_default_message_delay": 2, "colour": "blue"})
+    );
+    // One queue for every protocol: a STOMP send waits out the queue's default delay,
+    // and a Zaqar message posted with delay 0 does not.
+    let mut sender = broker.client();
+    sender.send_receipted("/queue/audited", "from stomp", &[], "sent");
+    z.post_messages("audited", json!([{"body": "at once", "delay": 0}]));
+    let mut consumer = broker.client();
+    consumer.subscribe("1", "/queue/audited", "auto");
+    let first = consumer.recv().expect("the undelayed one");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&first.body).unwrap(),
+        json!("at once")
+    );
+    assert!(
+        consumer.recv_timeout(Duration::from_millis(1000)).is_none(),
+        "the STOMP send is delayed by the queue's default"
+    );
+    let later = consumer
+        .recv_timeout(Duration::from_secs(5))
+        .expect("due after 2 s");
+    assert_eq!(later.body_text(), "from stomp");
+
+    // Patching the delay away makes it a normal queue again, after a restart too.
+    let r = z
+        .req("PATCH", "/v2/queues/audited")
+        .header(
+            "Content-Type",
+            "application/openstack-messaging-v2.0-json-patch",
+        )
+        .body(r#"[{"op": "remove", "path": "/metadata/_default_message_delay"}]"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let broker = broker.restart_after_kill();
+    let mut sender = broker.client();
+    sender.send_receipted("/queue/audited", "undelayed", &[], "sent");
+    let mut consumer = broker.client();
+    consumer.subscribe("1", "/queue/audited", "auto");
+    assert_eq!(
+        consumer
+            .recv_timeout(Duration::from_secs(1))
+            .expect("not delayed")
+            .body_text(),
+        "undelayed"
+    );
+    let z = Zaqar::new(&broker);
+    assert_eq!(
+        z.json("GET", "/v2/queues/audited", None, StatusCode::OK),
+        json!({"colour": "blue"})
+    );
+}

@@ -144,6 +144,22 @@ impl Broker {
         Ok((queue, written))
     }
 
+    /// Replaces the metadata an API keeps with the queue (Zaqar's queue metadata);
+    /// stored with the queue, so a restart keeps it, and gone with the queue.
+    pub fn set_queue_metadata_as(
+        &self,
+        name: &str,
+        who: &Principal,
+        metadata: Option<String>,
+    ) -> Result<Completion, CoreError> {
+        let queue = self.manage_queue_as(name, who)?;
+        let mut changes = queue.changes();
+        changes.metadata = metadata;
+        let written = self.write_record(&queue, &changes);
+        drop(changes);
+        Ok(written)
+    }
+
     /// Stores the queue's record with its changes; queues that do not outlive the
     /// broker (temporary queues, shared subscriptions' queues) have none.
     fn write_record(

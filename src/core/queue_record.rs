@@ -20,11 +20,15 @@ pub struct QueueChanges {
     pub settings: QueueSettingsOverride,
     /// Dispatch paused (`/api/queues/{name}/pause`).
     pub paused: bool,
+    /// Metadata an API keeps with the queue (Zaqar's queue metadata, as JSON
+    /// text); the broker stores it and does not read it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<String>,
 }
 
 impl QueueChanges {
     pub fn is_empty(&self) -> bool {
-        self.settings.is_empty() && !self.paused
+        self.settings.is_empty() && !self.paused && self.metadata.is_none()
     }
 }
 
@@ -155,6 +159,7 @@ mod tests {
                 ..Default::default()
             },
             paused: true,
+            metadata: Some("{\"colour\": \"blue\"}".into()),
         };
         for topic in [None, Some("prices".to_owned())] {
             let record = QueueRecord {

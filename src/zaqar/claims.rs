@@ -108,7 +108,7 @@ pub async fn create(
         grace: Duration::from_secs(grace),
         limit,
     };
-    let rules = ctx.zaqar.rules(&weir);
+    let rules = super::metadata::rules(&q);
     let Some(mut claim) = ctx.broker.claim(&q, terms, None)? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };

@@ -1,7 +1,6 @@
 //! Who asks and for which project: what every queue request carries.
 
 use super::error::ZaqarError;
-use super::metadata::ZaqarState;
 use super::names;
 use crate::core::security::{Permission, Principal};
 use crate::core::Broker;
@@ -16,7 +15,6 @@ pub struct Ctx {
     pub principal: Principal,
     pub client_id: String,
     pub project: Option<String>,
-    pub zaqar: Arc<ZaqarState>,
 }
 
 impl Ctx {
@@ -52,11 +50,6 @@ impl FromRequestParts<Arc<Management>> for Ctx {
                 (!text.is_empty()).then(|| text.to_owned())
             }
         };
-        let zaqar = parts
-            .extensions
-            .get::<Arc<ZaqarState>>()
-            .cloned()
-            .ok_or_else(|| ZaqarError::Unavailable("the Zaqar API is not set up".into()))?;
         let caller = Caller::from_request_parts(parts, state)
             .await
             .map_err(|e| ZaqarError::Unauthorized(e.to_string()))?;
@@ -65,7 +58,6 @@ impl FromRequestParts<Arc<Management>> for Ctx {
             principal: caller.principal,
             client_id,
             project,
-            zaqar,
         })
     }
 }

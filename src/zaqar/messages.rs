@@ -28,7 +28,11 @@ fn base(queue: &str) -> String {
 
 pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Response> {
     let weir = ctx.weir_name(&queue)?;
-    let rules = ctx.zaqar.rules(&weir);
+    let rules = ctx
+        .broker
+        .queue(&weir)
+        .map(|q| super::metadata::rules(&q))
+        .unwrap_or_default();
     if body.len() > rules.max_messages_post_size {
         return Err(ZaqarError::BadRequest(format!(
             "Message collection size is too large. Max size {}",
@@ -81,9 +85,9 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
         message.content_type = Some(Arc::from("application/json"));
         message.durable = true;
         message.expires_at = Some(now + ttl * 1000);
-        if delay > 0 {
-            message.due_at = Some(now + delay * 1000);
-        }
+        // Due now when its delay is 0: the queue's own default delay (the same
+        // `_default_message_delay`) must not apply to it a second time.
+        message.due_at = Some(now + delay * 1000);
         message.properties.push((
             Arc::from(CLIENT_ID_PROPERTY),
             CoreValue::String(Arc::from(ctx.client_id.as_str())),

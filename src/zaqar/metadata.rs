@@ -2,15 +2,19 @@
 //! treats messages posted and claimed through this API, and the user's own
 //! keys, kept as given.
 //!
-//! Everything about where metadata lives is behind [`ZaqarState`]'s
-//! methods. It lives in memory for now: a restart forgets it (see the
-//! README's Zaqar section).
+//! Metadata is stored with the Weir queue (its record keeps it across
+//! restarts and forgets it with the queue). `_default_message_delay` is also
+//! the queue's `default_message_delay` setting, so a queue Zaqar made delayed
+//! delays what STOMP and AMQP clients send to it too.
 
 use super::error::ZaqarError;
 use super::limits;
-use parking_lot::Mutex;
+use crate::config::check_queue_settings;
+use crate::core::queue::Queue;
+use crate::core::security::Principal;
+use crate::core::{Broker, CoreError};
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::time::Duration;
 
 /// The reserved keys Weir understands; any other `_` key is refused.
 const RESERVED: [&str; 6] = [
@@ -50,35 +54,47 @@ impl Default for QueueRules {
     }
 }
 
-/// The Zaqar API's own state: queue metadata, by Weir queue name.
-#[derive(Default)]
-pub struct ZaqarState {
-    metadata: Mutex<HashMap<String, Map<String, Value>>>,
+/// A queue's metadata; empty for a queue that has none (or none readable).
+pub fn get(queue: &Queue) -> Map<String, Value> {
+    let changes = queue.changes();
+    changes
+        .metadata
+        .as_deref()
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
 }
 
-impl ZaqarState {
-    pub fn get(&self, queue: &str) -> Map<String, Value> {
-        self.metadata.lock().get(queue).cloned().unwrap_or_default()
-    }
+/// The rules a queue's metadata sets.
+pub fn rules(queue: &Queue) -> QueueRules {
+    rules_of(&get(queue)).unwrap_or_default()
+}
 
-    /// Replaces a queue's metadata, checked first.
-    pub fn set(&self, queue: &str, metadata: Map<String, Value>) -> Result<(), ZaqarError> {
-        rules_of(&metadata)?;
-        self.metadata.lock().insert(queue.to_owned(), metadata);
-        Ok(())
-    }
-
-    pub fn forget(&self, queue: &str) {
-        self.metadata.lock().remove(queue);
-    }
-
-    pub fn rules(&self, queue: &str) -> QueueRules {
-        let metadata = self.metadata.lock();
-        metadata
-            .get(queue)
-            .and_then(|m| rules_of(m).ok())
-            .unwrap_or_default()
-    }
+/// Replaces a queue's metadata, checked first, and gives the queue the default
+/// delay it names; answered once both are stored.
+pub async fn set(
+    broker: &Broker,
+    who: &Principal,
+    queue: &str,
+    metadata: Map<String, Value>,
+) -> Result<(), ZaqarError> {
+    let rules = rules_of(&metadata)?;
+    let delay = Duration::from_secs(rules.default_message_delay);
+    let (_, settings_written) = broker.change_queue_settings_as(
+        queue,
+        who,
+        |layer| match delay.is_zero() {
+            true => {
+                layer.clear("default_message_delay");
+            }
+            false => layer.default_message_delay = Some(delay),
+        },
+        |settings| check_queue_settings(settings).map_err(|e| e.reason()),
+    )?;
+    let text = (!metadata.is_empty()).then(|| Value::Object(metadata).to_string());
+    let metadata_written = broker.set_queue_metadata_as(queue, who, text)?;
+    settings_written.wait().await.map_err(CoreError::Store)?;
+    metadata_written.wait().await.map_err(CoreError::Store)?;
+    Ok(())
 }
 
 fn seconds(

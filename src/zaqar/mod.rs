@@ -22,16 +22,13 @@ mod names;
 mod queues;
 mod render;
 
-pub use metadata::ZaqarState;
-
 use crate::http::Management;
 use axum::routing::{any, get, post};
-use axum::{Extension, Router};
+use axum::Router;
 use std::sync::Arc;
 
 /// The Zaqar routes, to merge into the management router.
 pub fn router() -> Router<Arc<Management>> {
-    let state = Arc::new(ZaqarState::default());
     Router::new()
         .route("/", get(home::document))
         .route("/v2", get(home::document))
@@ -77,5 +74,4 @@ pub fn router() -> Router<Arc<Management>> {
         .route("/v2/flavors/{*rest}", any(home::not_offered))
         .route("/v2/topics", any(home::not_offered))
         .route("/v2/topics/{*rest}", any(home::not_offered))
-        .layer(Extension(state))
 }

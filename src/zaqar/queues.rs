@@ -82,7 +82,12 @@ pub async fn list(ctx: Ctx, Query(params): Query<ListParams>) -> Result<Json<Val
         .map(|name| {
             let mut q = json!({"name": name, "href": format!("/v2/queues/{name}")});
             if detailed {
-                q["metadata"] = Value::Object(ctx.zaqar.get(&names::weir_name(project, name)));
+                let metadata = ctx
+                    .broker
+                    .queue(&names::weir_name(project, name))
+                    .map(|q| super::metadata::get(&q))
+                    .unwrap_or_default();
+                q["metadata"] = Value::Object(metadata);
             }
             q
         })
@@ -115,7 +120,9 @@ pub async fn create(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<
     // As in Zaqar, a PUT of an existing queue leaves its metadata alone.
     let status = match created {
         crate::core::manage::Created::New => {
-            ctx.zaqar.set(&weir, metadata)?;
+            if !metadata.is_empty() {
+                super::metadata::set(&ctx.broker, &ctx.principal, &weir, metadata).await?;
+            }
             StatusCode::CREATED
         }
         crate::core::manage::Created::Existing => StatusCode::NO_CONTENT,
@@ -126,12 +133,12 @@ pub async fn create(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<
 pub async fn get(ctx: Ctx, Path(queue): Path<String>) -> Result<Json<Value>> {
     let weir = ctx.weir_name(&queue)?;
     ctx.may(&weir, Permission::View)?;
-    if ctx.broker.queue(&weir).is_none() {
+    let Some(q) = ctx.broker.queue(&weir) else {
         return Err(ZaqarError::NotFound(format!(
             "Queue {queue} does not exist."
         )));
-    }
-    Ok(Json(Value::Object(ctx.zaqar.get(&weir))))
+    };
+    Ok(Json(Value::Object(super::metadata::get(&q))))
 }
 
 pub async fn delete(ctx: Ctx, Path(queue): Path<String>) -> Result<StatusCode> {
@@ -141,7 +148,6 @@ pub async fn delete(ctx: Ctx, Path(queue): Path<String>) -> Result<StatusCode> {
     }
     ctx.broker.release_claims_on(&weir);
     ctx.broker.delete_queue_as(&weir, &ctx.principal)?;
-    ctx.zaqar.forget(&weir);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -162,21 +168,21 @@ pub async fn update(
         )));
     }
     ctx.may(&weir, Permission::Manage)?;
-    if ctx.broker.queue(&weir).is_none() {
+    let Some(q) = ctx.broker.queue(&weir) else {
         return Err(ZaqarError::NotFound(format!(
             "Queue {queue} does not exist."
         )));
-    }
+    };
     let Value::Array(changes) = parse_json(&body)? else {
         return Err(ZaqarError::BadRequest(
             "The request body must be a JSON array of patch operations.".into(),
         ));
     };
-    let mut metadata = ctx.zaqar.get(&weir);
+    let mut metadata = super::metadata::get(&q);
     for change in &changes {
         apply(&mut metadata, change)?;
     }
-    ctx.zaqar.set(&weir, metadata.clone())?;
+    super::metadata::set(&ctx.broker, &ctx.principal, &weir, metadata.clone()).await?;
     Ok(Json(Value::Object(metadata)))
 }
 
