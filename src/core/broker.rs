@@ -420,7 +420,9 @@ impl Broker {
             return Ok(Receipt::ready());
         }
         // In place: a message is a few hundred bytes, moved on every hand-over.
-        self.resolve_delay(&mut message, &queue.settings())?;
+        if message.due_at.is_some() || message.may_carry_delay || queue.has_default_delay() {
+            self.resolve_delay(&mut message, &queue.settings())?;
+        }
         Ok(self.enqueue(queue, Arc::new(message), 0))
     }
 
@@ -459,12 +461,9 @@ impl Broker {
                     continue;
                 }
             }
-            let settings = queue.settings();
-            if message.due_at.is_some()
-                || message.may_carry_delay
-                || !settings.default_message_delay.is_zero()
-            {
+            if message.due_at.is_some() || message.may_carry_delay || queue.has_default_delay() {
                 // Not shared yet: no copy.
+                let settings = queue.settings();
                 if let Err(e) = self.resolve_delay(Arc::make_mut(&mut message), &settings) {
                     results.push(Err(e));
                     continue;

@@ -159,6 +159,9 @@ pub struct Queue {
     /// For readers outside the state lock (senders, the broker); the queue's own
     /// decisions read the copy in [`State`], taken under the same lock.
     settings: ArcSwap<QueueSettings>,
+    /// `default_message_delay` is not zero: senders load the settings only then
+    /// (or for a message that carries a delay of its own).
+    has_default_delay: AtomicBool,
     store: Store,
     diverter: Weak<dyn Diverter>,
     memory: Arc<QueueMemory>,
@@ -206,6 +209,7 @@ impl Queue {
         Self {
             name,
             id,
+            has_default_delay: AtomicBool::new(!settings.default_message_delay.is_zero()),
             settings: ArcSwap::new(settings.clone()),
             store,
             diverter,
@@ -266,6 +270,12 @@ impl Queue {
 
     pub(crate) fn set_changes(&self, changes: QueueChanges) {
         *self.changes.lock() = changes;
+    }
+
+    /// Whether the queue delays messages by default (one relaxed load).
+    #[inline]
+    pub fn has_default_delay(&self) -> bool {
+        self.has_default_delay.load(Ordering::Relaxed)
     }
 
     /// The queue's memory account: its bytes, its limits and its policy.

@@ -52,6 +52,10 @@ impl Queue {
             after.dispatch_at = st
                 .gate
                 .reconfigured(&old, &new, active, std::time::Instant::now());
+            self.has_default_delay.store(
+                !new.default_message_delay.is_zero(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let new = Arc::new(new);
             st.settings = new.clone();
             self.settings.store(new);
