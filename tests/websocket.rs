@@ -245,7 +245,9 @@ fn heart_beats_flow_both_ways() {
             Err(e) => panic!("connection ended: {e}"),
         }
     }
-    assert!(eols >= 2, "heart-beats from the broker: {eols}");
+    // The broker beats once per interval without other output, counted from its
+    // last write: one beat in two intervals is what a loaded machine guarantees.
+    assert!(eols >= 1, "heart-beats from the broker: {eols}");
     socket
         .socket
         .get_ref()
