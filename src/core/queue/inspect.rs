@@ -279,22 +279,8 @@ impl Queue {
     /// lock. The completions resolve when each is durable; unlike a send's,
     /// none is held back by flow control (an operator waits, not a producer).
     pub fn accept_moved(self: &Arc<Self>, moves: Vec<Move>) -> Vec<Completion> {
-        let mut after = AfterUnlock::default();
         let mut completions = Vec::with_capacity(moves.len());
-        {
-            let mut st = self.state.lock();
-            let mut dispatch = false;
-            for (message, delivery_count, also) in moves {
-                let (completion, placed) =
-                    self.place(&mut st, message, delivery_count, also, false, &mut after);
-                dispatch |= placed.needs_dispatch();
-                completions.push(completion);
-            }
-            if dispatch {
-                self.dispatch(&mut st, &mut after);
-            }
-        }
-        self.finish(after);
+        self.place_all(moves, &mut completions, false);
         completions
     }
 

@@ -384,7 +384,7 @@ impl Queue {
     /// scheduled).
     pub fn publish_moving_all(self: &Arc<Self>, moves: impl IntoIterator<Item = Move>) {
         let mut completions = Vec::new();
-        self.place_all(moves, &mut completions);
+        self.place_all(moves, &mut completions, true);
     }
 
     /// [`Queue::publish_counted`] for several new messages under one lock,
@@ -398,15 +398,21 @@ impl Queue {
         messages: impl IntoIterator<Item = Arc<Message>>,
         completions: &mut Vec<Completion>,
     ) {
-        self.place_all(messages.into_iter().map(|m| (m, 0, None)), completions);
+        self.place_all(
+            messages.into_iter().map(|m| (m, 0, None)),
+            completions,
+            true,
+        );
     }
 
     /// Places `moves` under one lock, dispatches once, and appends their
-    /// (held back) completions to `completions` in order.
-    fn place_all(
+    /// completions to `completions` in order, held back by producer flow
+    /// control when `hold_back` (a sender's, not an operator's).
+    pub(super) fn place_all(
         self: &Arc<Self>,
         moves: impl IntoIterator<Item = Move>,
         completions: &mut Vec<Completion>,
+        hold_back: bool,
     ) {
         let first = completions.len();
         let mut after = AfterUnlock::default();
@@ -424,9 +430,11 @@ impl Queue {
             if dispatch {
                 self.dispatch(&mut st, &mut after);
             }
-            for completion in &mut completions[first..] {
-                let c = std::mem::replace(completion, Completion::ready());
-                *completion = self.hold_back(&mut st, c, &mut after);
+            if hold_back {
+                for completion in &mut completions[first..] {
+                    let c = std::mem::replace(completion, Completion::ready());
+                    *completion = self.hold_back(&mut st, c, &mut after);
+                }
             }
         }
         self.finish(after);
