@@ -25,7 +25,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 use tokio_util::codec::{Decoder, Framed};
 
-use super::fairness::MAX_READ_BATCH;
+use super::fairness::{TimeSlice, MAX_READ_BATCH};
 use super::read_ahead::{self, ReadBufferSize};
 
 /// What the socket gave: an item, a decoding error, or `None` when the peer closed.
@@ -189,6 +189,7 @@ where
     let mut ticker = tokio::time::interval(timing.tick());
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut partial = PartialFrame::default();
+    let mut slice = TimeSlice::default();
     loop {
         let step = tokio::select! {
             item = io.framed.next(), if conn.reading() => {
@@ -196,7 +197,9 @@ where
                 match read_batch(io, conn, item) {
                     ControlFlow::Continue(full) => {
                         let answered = conn.after_reads(io).await;
-                        if full {
+                        if !full {
+                            slice.drained();
+                        } else if slice.full_batch(io.last_read) {
                             // Frames remain buffered, which Tokio's budget does not
                             // count: let the other connections run first.
                             tokio::task::yield_now().await;
