@@ -1,6 +1,7 @@
 //! The `weir` command: `weir serve` runs the broker.
 
 mod admin {
+    pub mod api;
     pub mod broker;
     pub mod schedule;
     pub mod user;
@@ -35,7 +36,8 @@ enum Command {
     /// Operate a running broker through its management API: queues, purge, move, groups,
     /// consumers, connections (tables, or --json).
     Admin(admin::broker::AdminArgs),
-    /// List, cancel or reschedule delayed messages in a stopped broker's data dir.
+    /// List, cancel or reschedule delayed messages: of the running broker through its
+    /// management API, or with --data-dir in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
     /// Make user entries for the config: `weir user add NAME` prints a [[users]] entry with
     /// a SCRAM credential of the password read from the terminal or stdin.

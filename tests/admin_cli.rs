@@ -33,9 +33,14 @@ view = ["audit"]
 
 /// Runs `weir admin ARGS` as `user` against the broker.
 fn admin(broker: &BrokerProcess, user: &str, args: &[&str]) -> Output {
+    weir(broker, "admin", user, args)
+}
+
+/// Runs `weir COMMAND ARGS` as `user` against the broker's management API.
+fn weir(broker: &BrokerProcess, command: &str, user: &str, args: &[&str]) -> Output {
     let url = format!("http://{}", broker.http.expect("HTTP listener"));
     Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("admin")
+        .arg(command)
         .args(["--url", &url, "--user", user])
         .args(args)
         .env("WEIR_PASSWORD", "pw")
@@ -227,4 +232,80 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
     assert_eq!(closing, format!("closing connection {connection_id}\n"));
     let goodbye = client.recv().expect("an ERROR frame");
     assert_eq!(goodbye.command, "ERROR");
+}
+
+#[test]
+fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let mut producer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
+    for body in ["a", "b", "c"] {
+        producer.send_receipted(
+            "/queue/later",
+            body,
+            &[("persistent", "true"), ("AMQ_SCHEDULED_DELAY", "600000")],
+            body,
+        );
+    }
+    let schedule = |user: &str, args: &[&str]| weir(&broker, "schedule", user, args);
+
+    // Paged: two, then the rest after the last one shown.
+    let first = ok(schedule(
+        "auditor",
+        &["list", "--queue", "later", "--limit", "2"],
+    ));
+    let keys: Vec<String> = first
+        .lines()
+        .skip(1)
+        .filter(|l| !l.starts_with("(more"))
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys.len(), 2, "{first}");
+    assert_eq!(row(&first, &keys[0])[1], "later", "{first}");
+    let more = first
+        .lines()
+        .find_map(|l| l.strip_prefix("(more: --after "))
+        .and_then(|l| l.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("a next page in {first}"));
+    let rest = ok(schedule(
+        "auditor",
+        &["list", "--queue", "later", "--after", more],
+    ));
+    let last = rest.lines().nth(1).expect("the third message");
+    assert_eq!(rest.lines().count(), 2, "{rest}");
+    assert!(!keys.iter().any(|k| last.starts_with(k.as_str())), "{rest}");
+
+    // Changing needs manage: the API's refusal is the CLI's error.
+    let refused = fails(schedule("auditor", &["cancel", &keys[0]]));
+    assert!(refused.contains("403"), "{refused}");
+    let cancelled = ok(schedule("admin", &["cancel", &keys[0]]));
+    assert_eq!(cancelled.trim(), format!("cancelled {}", keys[0]));
+    let gone = fails(schedule("admin", &["cancel", &keys[0]]));
+    assert!(gone.contains("404"), "cancelled twice: {gone}");
+    let moved = ok(schedule("admin", &["reschedule", &keys[1], "--in", "0s"]));
+    assert!(
+        moved.starts_with(&format!("rescheduled {} -> ", keys[1])),
+        "{moved}"
+    );
+
+    let mut consumer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
+    consumer.subscribe("s", "/queue/later", "auto");
+    let due = consumer
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the rescheduled message arrives");
+    assert_eq!(due.body_text(), "b");
+    assert!(
+        consumer
+            .recv_timeout(std::time::Duration::from_millis(500))
+            .is_none(),
+        "the cancelled one never arrives, the third is not due"
+    );
+    let page: Value = serde_json::from_str(&ok(schedule(
+        "auditor",
+        &["list", "--queue", "later", "--json"],
+    )))
+    .unwrap();
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{page}");
+    assert_eq!(items[0]["body_preview"], "", "listed without bodies");
 }

@@ -408,3 +408,75 @@ async fn accepted_durable_messages_survive_kill_9() {
     }
     assert_empty(&mut receiver).await;
 }
+
+/// `queue`'s producers as `/api/queues/{queue}` and `/metrics` show them, once both say
+/// `expected` (a detach or a disconnect reaches the broker a little after the client
+/// returns); panics after a few seconds otherwise.
+fn await_producers(http: std::net::SocketAddr, queue: &str, expected: u64) {
+    let queue = queue.to_owned();
+    // reqwest's blocking client on a thread of its own, outside the test's runtime.
+    std::thread::spawn(move || {
+        let client = reqwest::blocking::Client::new();
+        let series = format!("weir_queue_producers{{queue=\"{queue}\"}} {expected}");
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            let info: serde_json::Value = client
+                .get(format!("http://{http}/api/queues/{queue}"))
+                .send()
+                .and_then(|r| r.json())
+                .expect("queue detail");
+            let metrics = client
+                .get(format!("http://{http}/metrics"))
+                .send()
+                .and_then(|r| r.text())
+                .expect("metrics");
+            if info["producers"] == expected && metrics.contains(&series) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "want {expected} producers of {queue}: {} in the API; metrics:\n{metrics}",
+                info["producers"]
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .join()
+    .expect("producers as expected");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producers_are_counted_while_links_stay_attached_and_connections_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_amqp_and_http(&dir.path().join("data"), None);
+    let http = broker.http.expect("management listener");
+    // One STOMP connection is one producer of a queue however many messages it sends.
+    let mut first = Stomp::connect(broker.stomp, &[]);
+    for i in 0..3 {
+        first.send("/queue/produced", &format!("m{i}"), &[]);
+    }
+    first.send_receipted("/queue/produced", "last", &[], "r1");
+    await_producers(http, "produced", 1);
+    // A second connection, which sends elsewhere too; a topic send counts for no queue.
+    let mut second = Stomp::connect(broker.stomp, &[]);
+    second.send("/queue/elsewhere", "x", &[]);
+    second.send("/topic/produced", "to nobody", &[]);
+    second.send_receipted("/queue/produced", "y", &[], "r2");
+    await_producers(http, "produced", 2);
+    await_producers(http, "elsewhere", 1);
+
+    // An AMQP sender link counts from its attach to its detach.
+    let mut c = connect(&broker, None).await.expect("anonymous");
+    let mut sender = unsettled_sender(&mut c, "p", "produced").await;
+    send_accepted(&mut sender, text_message("from amqp", &[])).await;
+    await_producers(http, "produced", 3);
+    sender.close().await.expect("detach");
+    await_producers(http, "produced", 2);
+
+    // A closed connection's producers go with it.
+    drop(first);
+    await_producers(http, "produced", 1);
+    drop(second);
+    await_producers(http, "produced", 0);
+    await_producers(http, "elsewhere", 0);
+}

@@ -241,6 +241,51 @@ fn queue_counts_follow_stomp_traffic() {
     assert!(metrics.contains("weir_queue_consumers{queue=\"orders\"} 1"));
 }
 
+/// The value of an unlabelled sample in Prometheus text.
+fn sample(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} in {metrics}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn durable_sends_show_in_the_store_metrics() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    for i in 0..3 {
+        producer.send_receipted(
+            "/queue/kept",
+            &format!("m{i}"),
+            &[("persistent", "true")],
+            &format!("r{i}"),
+        );
+    }
+    let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+    // Each receipt waited for a commit of its own (fsync = "always").
+    assert!(
+        sample(&metrics, "weir_store_sync_seconds_count") >= 3.0,
+        "{metrics}"
+    );
+    assert!(
+        sample(&metrics, "weir_store_sync_seconds_sum") > 0.0,
+        "{metrics}"
+    );
+    assert!(
+        sample(&metrics, "weir_store_commit_batch_size_sum") >= 3.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "weir_store_commit_batch_size_count"),
+        sample(&metrics, "weir_store_commit_batch_size_bucket{le=\"+Inf\"}"),
+    );
+    assert!(sample(&metrics, "weir_store_bytes") > 0.0, "{metrics}");
+    assert!(sample(&metrics, "weir_store_pending_compaction_bytes") >= 0.0);
+    assert_eq!(sample(&metrics, "weir_store_running_compactions"), 0.0);
+}
+
 #[test]
 fn queue_lists_page_and_filter() {
     let (_dir, _broker, api) = start(Some(CONFIG));
@@ -440,8 +485,12 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
     assert_eq!(ours["version"], "1.2");
     assert_eq!(ours["user"], "dev");
     assert_eq!(ours["tls"], false);
+    assert_eq!(ours["transport"], "tcp");
     let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
-    assert!(metrics.contains("weir_connections{protocol=\"stomp\",tls=\"false\"} 1"));
+    assert!(
+        metrics.contains("weir_connections{protocol=\"stomp\",transport=\"tcp\",tls=\"false\"} 1"),
+        "{metrics}"
+    );
 
     let path = format!("/api/connections/{}", ours["id"]);
     assert_error(

@@ -34,16 +34,36 @@ view = ["ops"]
 /// A broker with `config`, the management listener on, and a WebSocket listener of its
 /// own on the returned address.
 fn start(config: &str) -> (tempfile::TempDir, BrokerProcess, SocketAddr) {
+    start_with(config, "")
+}
+
+/// [`start`] with more keys of the `[websocket]` section.
+fn start_with(config: &str, websocket: &str) -> (tempfile::TempDir, BrokerProcess, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let ws: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let config = format!("{config}\n[websocket]\nbind = \"{ws}\"\n");
+    let config = format!("{config}\n[websocket]\nbind = \"{ws}\"\n{websocket}\n");
     let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config));
     (dir, broker, ws)
 }
 
 /// A WebSocket to `url` offering `subprotocols`; the subprotocol the broker agreed.
 fn open(url: &str, subprotocols: &[&str]) -> (WebSocket<TcpStream>, Option<String>) {
+    open_from(url, subprotocols, None).expect("WebSocket upgrade")
+}
+
+/// [`open`] as a page from `origin` would (`None`: no Origin header, as non-browser
+/// clients); the refusal when the upgrade is refused.
+fn open_from(
+    url: &str,
+    subprotocols: &[&str],
+    origin: Option<&str>,
+) -> Result<(WebSocket<TcpStream>, Option<String>), tungstenite::Error> {
     let mut request = url.into_client_request().unwrap();
+    if let Some(origin) = origin {
+        request
+            .headers_mut()
+            .insert("Origin", origin.parse().unwrap());
+    }
     if !subprotocols.is_empty() {
         request.headers_mut().insert(
             "Sec-WebSocket-Protocol",
@@ -52,12 +72,15 @@ fn open(url: &str, subprotocols: &[&str]) -> (WebSocket<TcpStream>, Option<Strin
     }
     let host = request.uri().authority().unwrap().as_str().to_owned();
     let stream = TcpStream::connect(host).unwrap();
-    let (socket, response) = tungstenite::client(request, stream).expect("WebSocket upgrade");
+    let (socket, response) = tungstenite::client(request, stream).map_err(|e| match e {
+        tungstenite::HandshakeError::Failure(e) => e,
+        tungstenite::HandshakeError::Interrupted(_) => panic!("a blocking socket"),
+    })?;
     let agreed = response
         .headers()
         .get("sec-websocket-protocol")
         .map(|v| v.to_str().unwrap().to_owned());
-    (socket, agreed)
+    Ok((socket, agreed))
 }
 
 /// The test client's STOMP over a WebSocket: each write is one binary message, reads
@@ -297,6 +320,19 @@ fn a_login_is_required_as_over_tcp_and_the_connection_is_listed() {
         .collect();
     transports.sort();
     assert_eq!(transports, [("stomp", "tcp"), ("stomp", "websocket")]);
+    let metrics = Client::new()
+        .get(format!("http://{http}/metrics"))
+        .basic_auth("admin", Some("pw"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    for transport in ["tcp", "websocket"] {
+        let series = format!(
+            "weir_connections{{protocol=\"stomp\",transport=\"{transport}\",tls=\"false\"}} 1"
+        );
+        assert!(metrics.contains(&series), "{series} in {metrics}");
+    }
 }
 
 #[test]
@@ -371,4 +407,70 @@ fn the_websocket_listener_is_among_the_broker_s_listeners() {
     assert_eq!(listener["address"], ws.to_string());
     assert_eq!(listener["protocols"], serde_json::json!(["stomp"]));
     assert_eq!(listener["tls"], false);
+}
+
+#[test]
+fn pages_from_origins_not_listed_are_refused_with_a_json_403() {
+    let (_dir, broker, ws) = start_with(
+        USERS,
+        "allowed_origins = [\"https://app.example.com\", \"http://localhost:8080\"]",
+    );
+    let http = broker.http.unwrap();
+    for url in [format!("ws://{http}/stomp"), format!("ws://{ws}/")] {
+        // A listed origin (its case does not matter), and a client that names none.
+        for origin in [
+            Some("https://APP.example.com"),
+            Some("http://localhost:8080"),
+            None,
+        ] {
+            let (socket, _) = open_from(&url, &["v12.stomp"], origin)
+                .unwrap_or_else(|e| panic!("{url} from {origin:?}: {e}"));
+            let mut client = login(socket);
+            client.send_receipted("/queue/origins", "in", &[], "r");
+        }
+        for origin in ["https://evil.example", "http://localhost:8081", "null"] {
+            let refused = open_from(&url, &["v12.stomp"], Some(origin)).map(|_| ());
+            let Err(tungstenite::Error::Http(response)) = refused else {
+                panic!("{url} from {origin}: {refused:?}");
+            };
+            assert_eq!(response.status(), 403, "{url} from {origin}");
+            let body: Value = serde_json::from_slice(response.body().as_deref().unwrap()).unwrap();
+            assert_eq!(body["error"], "forbidden", "{body}");
+            let message = body["message"].as_str().unwrap();
+            assert!(
+                message.contains(origin) && message.contains("allowed_origins"),
+                "{message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_message_over_the_limit_gets_an_error_frame_then_the_close() {
+    let config = format!("{USERS}\n[limits]\nmax_frame_size = \"4KiB\"\n");
+    let (_dir, _broker, ws) = start(&config);
+    let (socket, _) = open(&format!("ws://{ws}/"), &["v12.stomp"]);
+    let mut client = login(socket);
+    // Past max_frame_size plus the 64 KiB a message may carry beyond one frame.
+    let mut frame = Vec::new();
+    encode_frame(
+        &mut frame,
+        "SEND",
+        &[("destination", "/queue/big")],
+        &vec![b'x'; 4096 + 64 * 1024 + 1],
+    );
+    let ws = client.stream_mut();
+    ws.socket.send(Message::binary(frame)).unwrap();
+    ws.socket
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let error = client.recv().expect("an ERROR frame before the close");
+    assert_eq!(error.command, "ERROR", "{error:?}");
+    let message = error.header("message").unwrap();
+    assert!(
+        message.contains("frame larger than the limit of 4096 bytes"),
+        "{message}"
+    );
+    assert!(client.recv().is_none(), "closed after the ERROR");
 }

@@ -46,3 +46,11 @@ def test_metrics_pass_promtool_and_count_stomp_traffic(broker, client_factory, q
     assert "weir_process_resident_memory_bytes" in text
     assert 'weir_delayed_delivery_lateness_seconds_bucket{le="+Inf"} 2' in text
     assert "weir_delayed_delivery_lateness_seconds_count 2" in text
+    # The durable sends went through group commits, each one timed and counted.
+    assert "# TYPE weir_store_sync_seconds histogram" in text
+    assert "# TYPE weir_store_commit_batch_size histogram" in text
+    assert "weir_store_pending_compaction_bytes " in text
+    assert "weir_store_running_compactions " in text
+    # This client is one producer of the queue while it stays connected.
+    assert f'weir_queue_producers{{queue="{queue}"}} 1' in text
+    assert 'weir_connections{protocol="stomp",transport="tcp",tls="false"}' in text

@@ -3,33 +3,15 @@
 //! scripts (the API's own JSON). Everything it does, the API checks: the user
 //! needs `view` to read and `manage` to change.
 
+use super::api::{segment, AdminError, Api, ApiArgs};
 use clap::{Args, Subcommand};
-use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 #[derive(Args)]
 pub struct AdminArgs {
-    /// The broker's management API.
-    #[arg(
-        long,
-        value_name = "URL",
-        default_value = "http://127.0.0.1:8161",
-        env = "WEIR_URL",
-        global = true
-    )]
-    url: String,
-    /// Log in as this user (HTTP Basic).
-    #[arg(long, env = "WEIR_USER", global = true)]
-    user: Option<String>,
-    /// The user's password.
-    #[arg(long, env = "WEIR_PASSWORD", hide_env_values = true, global = true)]
-    password: Option<String>,
-    /// Trust this CA certificate (PEM) for an https URL.
-    #[arg(long, value_name = "FILE", global = true)]
-    ca: Option<PathBuf>,
+    #[command(flatten)]
+    api: ApiArgs,
     /// Print the API's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -83,16 +65,6 @@ struct Transfer {
     selector: Option<String>,
 }
 
-#[derive(Debug, thiserror::Error)]
-enum AdminError {
-    #[error("{0}")]
-    Http(#[from] reqwest::Error),
-    #[error("{status}: {message}")]
-    Api { status: u16, message: String },
-    #[error("--ca {0}: {1}")]
-    Ca(String, String),
-}
-
 pub fn run(args: AdminArgs) -> ExitCode {
     match execute(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -103,95 +75,8 @@ pub fn run(args: AdminArgs) -> ExitCode {
     }
 }
 
-struct Api {
-    base: String,
-    client: Client,
-    user: Option<String>,
-    password: Option<String>,
-}
-
-impl Api {
-    fn new(args: &AdminArgs) -> Result<Api, AdminError> {
-        let mut client = Client::builder().timeout(Duration::from_secs(30));
-        if let Some(path) = &args.ca {
-            let shown = path.display().to_string();
-            let pem =
-                std::fs::read(path).map_err(|e| AdminError::Ca(shown.clone(), e.to_string()))?;
-            let cert = reqwest::Certificate::from_pem(&pem)
-                .map_err(|e| AdminError::Ca(shown, e.to_string()))?;
-            client = client.add_root_certificate(cert);
-        }
-        Ok(Api {
-            base: args.url.trim_end_matches('/').to_owned(),
-            client: client.build()?,
-            user: args.user.clone(),
-            password: args.password.clone(),
-        })
-    }
-
-    fn request(&self, method: reqwest::Method, path: &str) -> RequestBuilder {
-        let r = self.client.request(method, format!("{}{path}", self.base));
-        match &self.user {
-            Some(user) => r.basic_auth(user, self.password.as_deref()),
-            None => r,
-        }
-    }
-
-    /// The JSON answer, or the API's error message.
-    fn send(&self, request: RequestBuilder) -> Result<Value, AdminError> {
-        let response = request.send()?;
-        let status = response.status();
-        let text = response.text()?;
-        let body: Value = match text.is_empty() {
-            true => Value::Null,
-            false => serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        };
-        if status.is_success() {
-            return Ok(body);
-        }
-        let message = body["message"]
-            .as_str()
-            .map_or_else(|| body.to_string(), str::to_owned);
-        Err(AdminError::Api {
-            status: status.as_u16(),
-            message,
-        })
-    }
-
-    fn get(&self, path: &str) -> Result<Value, AdminError> {
-        self.send(self.request(reqwest::Method::GET, path))
-    }
-
-    fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, AdminError> {
-        let request = self.request(method, path);
-        self.send(match body {
-            Some(body) => request.json(&body),
-            None => request,
-        })
-    }
-}
-
-/// A path segment: queue and group names may hold anything.
-fn segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
-}
-
 fn execute(args: AdminArgs) -> Result<(), AdminError> {
-    let api = Api::new(&args)?;
+    let api = Api::new(&args.api)?;
     let out = match &args.action {
         Action::Queues { name } => {
             let queues = all_queues(&api, name.as_deref())?;
@@ -313,7 +198,7 @@ fn transfer_lines(answer: &Value) -> String {
 
 /// A JSON value as a table cell: strings without quotes, null as "-", rates
 /// to one decimal.
-fn cell(v: &Value) -> String {
+pub(super) fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
@@ -323,7 +208,7 @@ fn cell(v: &Value) -> String {
 }
 
 /// Left-aligned columns, two spaces apart.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub(super) fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, c) in widths.iter_mut().zip(row) {
@@ -361,6 +246,7 @@ fn queue_table(queues: &Value) -> String {
                 cell(&q["messages"]["paged"]),
                 cell(&q["messages"]["in_flight"]),
                 cell(&q["consumers"]),
+                cell(&q["producers"]),
                 cell(&q["rates"]["enqueued_per_second"]),
                 cell(&q["rates"]["acked_per_second"]),
                 cell(&q["totals"]["enqueued"]),
@@ -377,6 +263,7 @@ fn queue_table(queues: &Value) -> String {
             "PAGED",
             "IN_FLIGHT",
             "CONSUMERS",
+            "PRODUCERS",
             "ENQ/S",
             "ACK/S",
             "ENQUEUED",

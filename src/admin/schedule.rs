@@ -1,8 +1,12 @@
 //! `weir schedule`: the auditor's view of delayed messages (Zaqar's delayed
-//! queues spec) on the data dir of a stopped broker. RocksDB allows one
-//! process per data dir, so a running broker makes this fail cleanly.
+//! queues spec). It asks the running broker through its management API (as
+//! `weir admin` does), or with `--data-dir` opens the data dir of a stopped broker.
+//! RocksDB allows one process per data dir, so a running broker makes the offline
+//! mode fail cleanly.
 
+use super::api::{segment, AdminError, Api, ApiArgs};
 use clap::{Args, Subcommand};
+use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use weir::config::parse_duration;
@@ -12,9 +16,15 @@ use weir::store::{ScheduleKey, Store, StoreError, StoreOptions};
 
 #[derive(Args)]
 pub struct ScheduleArgs {
-    /// Data dir of a stopped broker.
+    /// Data dir of a stopped broker: work on it offline instead of asking the running
+    /// broker at --url.
     #[arg(long, value_name = "DIR", global = true)]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Print the API's JSON instead of a table (running broker).
+    #[arg(long, global = true, conflicts_with = "data_dir")]
+    json: bool,
     #[command(subcommand)]
     action: Action,
 }
@@ -26,9 +36,13 @@ enum Action {
         /// Only this queue's messages.
         #[arg(long)]
         queue: Option<String>,
-        /// Start at this key (as printed) or due time (epoch ms): pages through a long list.
+        /// Start at this key (as printed) or due time (epoch ms); a running broker takes a
+        /// due time only.
         #[arg(long)]
         from: Option<String>,
+        /// Start after this key (as printed): pages through a long list.
+        #[arg(long, value_name = "KEY")]
+        after: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
@@ -51,8 +65,10 @@ enum Action {
 
 #[derive(Debug, thiserror::Error)]
 enum CliError {
-    #[error("--data-dir is required")]
-    NoDataDir,
+    #[error("{0}")]
+    Api(#[from] AdminError),
+    #[error("--from: '{0}' is not a due time in ms (a running broker pages with --after KEY)")]
+    FromNotATime(String),
     #[error("{0} does not exist")]
     Missing(String),
     #[error("the data dir {0} is in use: stop the broker before editing its schedule")]
@@ -82,7 +98,118 @@ pub fn run(args: ScheduleArgs) -> ExitCode {
 }
 
 fn execute(args: ScheduleArgs) -> Result<(), CliError> {
-    let dir = args.data_dir.ok_or(CliError::NoDataDir)?;
+    match args.data_dir {
+        Some(dir) => offline(dir, args.action),
+        None => live(&Api::new(&args.api)?, args.action, args.json),
+    }
+}
+
+/// Through the running broker's management API; the API checks the user's permissions
+/// (`view` to list, `manage` on the message's queue to change it).
+fn live(api: &Api, action: Action, as_json: bool) -> Result<(), CliError> {
+    let answer = match action {
+        Action::List {
+            queue,
+            from,
+            after,
+            limit,
+        } => {
+            let mut query = format!("?limit={limit}&preview=0");
+            if let Some(queue) = queue {
+                query.push_str(&format!("&queue={}", segment(&queue)));
+            }
+            if let Some(from) = from {
+                let ms: u64 = from
+                    .trim()
+                    .parse()
+                    .map_err(|_| CliError::FromNotATime(from))?;
+                query.push_str(&format!("&from={ms}"));
+            }
+            if let Some(after) = after {
+                query.push_str(&format!("&cursor={}", segment(&after)));
+            }
+            let page = api.get(&format!("/api/schedule{query}"))?;
+            if !as_json {
+                print_page(&page);
+            }
+            page
+        }
+        Action::Cancel { key } => {
+            let path = format!("/api/schedule/{}", segment(&key));
+            let done = api.call(reqwest::Method::DELETE, &path, None)?;
+            if !as_json {
+                println!("cancelled {}", text(&done["id"]));
+            }
+            done
+        }
+        Action::Reschedule { key, at, delay } => {
+            let body = match (at, delay) {
+                (Some(at), _) => json!({ "due_ms": at }),
+                (None, Some(text)) => {
+                    let d = parse_duration(&text).map_err(|e| CliError::BadDelay(e.to_string()))?;
+                    json!({ "delay_ms": d.as_millis() as u64 })
+                }
+                (None, None) => json!({ "delay_ms": 0 }),
+            };
+            let path = format!("/api/schedule/{}/reschedule", segment(&key));
+            let done = api.call(reqwest::Method::POST, &path, Some(body))?;
+            if !as_json {
+                println!("rescheduled {key} -> {}", text(&done["id"]));
+            }
+            done
+        }
+    };
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+}
+
+/// A page of `/api/schedule` as the offline listing prints its entries.
+fn print_page(page: &Value) {
+    println!(
+        "{:<32} {:<20} {:>12} {:>8} {:>6}  message-id",
+        "key", "queue", "due in", "bytes", "kept"
+    );
+    let now = now_ms();
+    for item in page["items"].as_array().into_iter().flatten() {
+        let due = item["due_ms"].as_u64().unwrap_or(0);
+        println!(
+            "{:<32} {:<20} {:>12} {:>8} {:>6}  {}",
+            text(&item["id"]),
+            text(&item["queue"]),
+            due_in(due, now),
+            item["size"].as_u64().unwrap_or(0),
+            if item["durable"] == true {
+                "yes"
+            } else {
+                "maybe"
+            },
+            item["message_id"].as_str().unwrap_or("-")
+        );
+    }
+    if let Some(next) = page["next"].as_str() {
+        println!("(more: --after {next})");
+    }
+}
+
+fn due_in(due_ms: u64, now: u64) -> String {
+    if due_ms <= now {
+        "due".to_owned()
+    } else {
+        format!("{:.1}s", (due_ms - now) as f64 / 1000.0)
+    }
+}
+
+/// On the data dir of a stopped broker.
+fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
     let shown = dir.display().to_string();
     if !dir.join("CURRENT").exists() {
         return Err(CliError::Missing(format!("a weir store in {shown}")));
@@ -98,8 +225,13 @@ fn execute(args: ScheduleArgs) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(CliError::Runtime)?;
-    match args.action {
-        Action::List { queue, from, limit } => {
+    match action {
+        Action::List {
+            queue,
+            from,
+            after,
+            limit,
+        } => {
             let queue = match queue {
                 Some(name) => Some(
                     names
@@ -110,9 +242,12 @@ fn execute(args: ScheduleArgs) -> Result<(), CliError> {
                 ),
                 None => None,
             };
-            let from = match from {
-                Some(text) => parse_from(&text)?,
-                None => schedule::FIRST_KEY,
+            let from = match (after, from) {
+                (Some(after), _) => {
+                    schedule::next_key(schedule::parse_key(&after).ok_or(CliError::BadKey(after))?)
+                }
+                (None, Some(text)) => parse_from(&text)?,
+                (None, None) => schedule::FIRST_KEY,
             };
             let entries = schedule::list_stored(&store, queue, from, limit)?;
             println!(
@@ -125,8 +260,7 @@ fn execute(args: ScheduleArgs) -> Result<(), CliError> {
             }
             if entries.len() == limit {
                 if let Some(last) = entries.last() {
-                    let next = schedule::next_key(last.key);
-                    println!("(more: --from {})", schedule::format_key(&next));
+                    println!("(more: --after {})", schedule::format_key(&last.key));
                 }
             }
         }
@@ -175,11 +309,7 @@ fn print_entry(entry: &ScheduledMessage, names: &std::collections::HashMap<u32, 
         .get(&entry.key.queue)
         .cloned()
         .unwrap_or_else(|| format!("#{} (gone)", entry.key.queue));
-    let due_in = if entry.key.due_ms <= now {
-        "due".to_owned()
-    } else {
-        format!("{:.1}s", (entry.key.due_ms - now) as f64 / 1000.0)
-    };
+    let due_in = due_in(entry.key.due_ms, now);
     // Non-persistent messages are dropped at the next start unless their queue is durable.
     let kept = if entry.durable { "yes" } else { "maybe" };
     println!(

@@ -59,6 +59,8 @@ pub enum Problem {
     },
     #[error("must not be empty")]
     Empty,
+    #[error("\"{0}\" is not an origin (use scheme://host[:port] as a browser sends it, e.g. https://app.example.com)")]
+    NotAnOrigin(String),
     #[error(transparent)]
     Credential(#[from] crate::core::security::CredentialError),
     #[error("give either `credential` (from `weir user add`) or `password`, not both")]

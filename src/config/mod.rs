@@ -10,6 +10,7 @@ mod error;
 mod queue_settings;
 mod raw;
 mod units;
+mod websocket_origins;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -26,6 +27,7 @@ use std::collections::HashMap;
 pub use error::{ConfigError, KeyPath, Problem};
 pub use queue_settings::{check_queue_settings, settings_change, SettingsChange};
 pub use units::{format_duration, parse_duration, parse_size, DurationError, SizeError};
+pub use websocket_origins::AllowedOrigins;
 
 /// The configuration used when no file is given: `src/config/default.toml`.
 const DEFAULT_TOML: &str = include_str!("default.toml");
@@ -36,6 +38,8 @@ pub struct Config {
     acceptors: Acceptors,
     http: Option<Http>,
     websocket: Option<WebSocket>,
+    /// `[websocket] allowed_origins`, for `/stomp` and the WebSocket listener alike.
+    websocket_origins: AllowedOrigins,
     store: StoreConfig,
     limits: Limits,
     security: Security,
@@ -334,6 +338,11 @@ impl Config {
     /// The WebSocket listener of its own, when configured.
     pub fn websocket(&self) -> Option<&WebSocket> {
         self.websocket.as_ref()
+    }
+
+    /// The origins whose pages may open STOMP over WebSocket (empty: every one).
+    pub fn websocket_origins(&self) -> &AllowedOrigins {
+        &self.websocket_origins
     }
 
     pub fn broker(&self) -> &BrokerConfig {

@@ -66,6 +66,7 @@ pub(super) struct RawHttp {
 pub(super) struct RawWebSocket {
     pub bind: Option<String>,
     pub tls: Option<bool>,
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -29,6 +29,14 @@ pub struct Descriptor {
     pub client_id: Option<String>,
 }
 
+/// What connections are counted by for metrics.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ConnectionKind {
+    pub protocol: String,
+    pub transport: &'static str,
+    pub tls: bool,
+}
+
 /// One open connection as management sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
@@ -48,6 +56,8 @@ struct Open {
 pub struct Connections {
     next_id: AtomicU64,
     open: Mutex<BTreeMap<u64, Open>>,
+    /// What the connections send to (see [`super::producers`]).
+    pub(super) producers: Arc<super::producers::Producers>,
 }
 
 impl Connections {
@@ -95,12 +105,17 @@ impl Connections {
         }
     }
 
-    /// Open connections counted by protocol and TLS.
-    pub fn count_by_protocol(&self) -> BTreeMap<(String, bool), usize> {
+    /// Open connections counted by protocol, transport and TLS.
+    pub fn count_by_protocol(&self) -> BTreeMap<ConnectionKind, usize> {
         let mut counts = BTreeMap::new();
         for open in self.open.lock().values() {
             let d = &open.info.descriptor;
-            *counts.entry((d.protocol.clone(), d.tls)).or_default() += 1;
+            let kind = ConnectionKind {
+                protocol: d.protocol.clone(),
+                transport: d.transport,
+                tls: d.tls,
+            };
+            *counts.entry(kind).or_default() += 1;
         }
         counts
     }
@@ -152,7 +167,12 @@ mod tests {
         let a = registry.register(descriptor("stomp", false));
         let b = registry.register(descriptor("amqp", true));
         assert_eq!(registry.list().len(), 2);
-        assert_eq!(registry.count_by_protocol()[&("amqp".into(), true)], 1);
+        let amqp_tls = ConnectionKind {
+            protocol: "amqp".into(),
+            transport: "tcp",
+            tls: true,
+        };
+        assert_eq!(registry.count_by_protocol()[&amqp_tls], 1);
         assert!(registry.close(a.id()));
         // The request waits as a permit until the driver looks.
         tokio::time::timeout(std::time::Duration::from_secs(1), a.close_requested())

@@ -18,6 +18,7 @@ pub mod message;
 pub mod message_ops;
 pub mod names;
 pub mod persist;
+pub mod producers;
 pub mod properties;
 pub mod queue;
 pub mod queue_record;
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod security;
 pub mod selector;
 pub mod settings;
+pub mod store_stats;
 pub mod transaction;
 
 pub use broker::{Broker, BrokerOptions, RoutingType, Subscription};

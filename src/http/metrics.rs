@@ -12,6 +12,7 @@ use super::error::ApiError;
 use super::state::Management;
 use crate::core::manage::MANAGEMENT_ADDRESS;
 use crate::core::security::Permission;
+use crate::core::store_stats::StoreStats;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -134,29 +135,81 @@ fn render(m: &Management, caller: &Caller) -> String {
     if let Some(schedule) = broker.schedule() {
         lateness(&mut out, &schedule.lateness());
     }
+    store(&mut out, &broker.store_stats());
     queues(&mut out, caller);
     out
 }
 
 /// How late delayed messages reached their queues (moved in minus due).
 fn lateness(out: &mut String, l: &crate::core::schedule::LatenessSnapshot) {
-    const NAME: &str = "weir_delayed_delivery_lateness_seconds";
-    let mut family = Family::new(
+    histogram(
         out,
-        NAME,
-        "histogram",
+        "weir_delayed_delivery_lateness_seconds",
         "How late delayed messages reached their queues after their due time.",
+        (&l.cumulative, l.sum_ms, l.count),
+        1e3,
     );
-    let bucket = format!("{NAME}_bucket");
-    for &(bound_ms, count) in &l.cumulative {
-        let le = match bound_ms {
+}
+
+/// The store's group commits and RocksDB's backlog.
+fn store(out: &mut String, s: &StoreStats) {
+    gauge(
+        out,
+        "weir_store_bytes",
+        "Bytes the store holds in SST files and memtables.",
+        s.bytes,
+    );
+    gauge(
+        out,
+        "weir_store_pending_compaction_bytes",
+        "RocksDB's estimate of the bytes compaction has yet to rewrite.",
+        s.pending_compaction_bytes,
+    );
+    gauge(
+        out,
+        "weir_store_running_compactions",
+        "RocksDB compactions running now.",
+        s.running_compactions,
+    );
+    let l = &s.sync_latency_us;
+    histogram(
+        out,
+        "weir_store_sync_seconds",
+        "Time to write one group commit and sync RocksDB's write-ahead log.",
+        (&l.cumulative, l.sum, l.count),
+        1e6,
+    );
+    let b = &s.batch_size;
+    histogram(
+        out,
+        "weir_store_commit_batch_size",
+        "Writes (sends, acknowledgements, ...) settled by one group commit.",
+        (&b.cumulative, b.sum, b.count),
+        1.0,
+    );
+}
+
+/// A histogram family from cumulative `(bound, count)` pairs (the last bound
+/// `u64::MAX`, +Inf) whose bounds and sum are divided by `per_unit` into base units
+/// (dividing by a power of ten prints the shortest decimal; multiplying may not).
+fn histogram(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    (cumulative, sum, count): (&[(u64, u64)], u64, u64),
+    per_unit: f64,
+) {
+    let mut family = Family::new(out, name, "histogram", help);
+    let bucket = format!("{name}_bucket");
+    for &(bound, n) in cumulative {
+        let le = match bound {
             u64::MAX => "+Inf".to_owned(),
-            ms => (ms as f64 / 1000.0).to_string(),
+            bound => (bound as f64 / per_unit).to_string(),
         };
-        family.sample(&bucket, &[("le", &le)], count);
+        family.sample(&bucket, &[("le", &le)], n);
     }
-    family.sample(&format!("{NAME}_sum"), &[], l.sum_ms as f64 / 1000.0);
-    family.sample(&format!("{NAME}_count"), &[], l.count);
+    family.sample(&format!("{name}_sum"), &[], sum as f64 / per_unit);
+    family.sample(&format!("{name}_count"), &[], count);
 }
 
 fn connections(out: &mut String, broker: &crate::core::Broker) {
@@ -164,16 +217,28 @@ fn connections(out: &mut String, broker: &crate::core::Broker) {
         out,
         "weir_connections",
         "gauge",
-        "Open client connections by protocol and TLS.",
+        "Open client connections by protocol, transport (tcp, websocket) and TLS.",
     );
-    for ((protocol, tls), count) in broker.connections().count_by_protocol() {
-        let tls = if tls { "true" } else { "false" };
+    for (kind, count) in broker.connections().count_by_protocol() {
+        let tls = if kind.tls { "true" } else { "false" };
         family.sample(
             "weir_connections",
-            &[("protocol", &protocol), ("tls", tls)],
+            &[
+                ("protocol", &kind.protocol),
+                ("transport", kind.transport),
+                ("tls", tls),
+            ],
             count,
         );
     }
+}
+
+/// What one scrape reads of one queue.
+struct QueueSample {
+    stats: crate::core::queue::QueueStats,
+    totals: crate::core::queue::Totals,
+    delayed: u64,
+    producers: usize,
 }
 
 /// The per-queue families, over the queues the caller may view.
@@ -184,11 +249,14 @@ fn queues(out: &mut String, caller: &Caller) {
     names.sort_unstable();
     let queues: Vec<_> = names.iter().filter_map(|n| broker.queue(n)).collect();
     let schedule = broker.schedule();
+    let producers = broker.producers();
     let stats: Vec<_> = queues
         .iter()
-        .map(|q| {
-            let delayed = schedule.map_or(0, |s| s.delayed(q.id()));
-            (q.stats(), q.totals(), delayed)
+        .map(|q| QueueSample {
+            stats: q.stats(),
+            totals: q.totals(),
+            delayed: schedule.map_or(0, |s| s.delayed(q.id())),
+            producers: producers.count(q.name()),
         })
         .collect();
     gauge(
@@ -197,103 +265,103 @@ fn queues(out: &mut String, caller: &Caller) {
         "Queues the caller may view.",
         queues.len(),
     );
-    type Pick = fn(
-        &(
-            crate::core::queue::QueueStats,
-            crate::core::queue::Totals,
-            u64,
-        ),
-    ) -> u64;
-    let families: [(&str, &str, &str, Pick); 15] = [
+    type Pick = fn(&QueueSample) -> u64;
+    let families: [(&str, &str, &str, Pick); 16] = [
         (
             "weir_queue_ready_messages",
             "gauge",
             "Messages waiting to be delivered, in memory or paged.",
-            |(s, _, _)| (s.ready + s.paged) as u64,
+            |q| (q.stats.ready + q.stats.paged) as u64,
         ),
         (
             "weir_queue_in_memory_messages",
             "gauge",
             "Waiting messages held in memory.",
-            |(s, _, _)| s.ready as u64,
+            |q| q.stats.ready as u64,
         ),
         (
             "weir_queue_paged_messages",
             "gauge",
             "Waiting messages paged to disk.",
-            |(s, _, _)| s.paged as u64,
+            |q| q.stats.paged as u64,
         ),
         (
             "weir_queue_in_flight_messages",
             "gauge",
             "Messages delivered and not yet settled.",
-            |(s, _, _)| s.in_flight as u64,
+            |q| q.stats.in_flight as u64,
         ),
         (
             "weir_queue_redelivery_waiting_messages",
             "gauge",
             "Messages waiting out their redelivery delay.",
-            |(s, _, _)| s.waiting as u64,
+            |q| q.stats.waiting as u64,
         ),
         (
             "weir_queue_delayed_messages",
             "gauge",
             "Messages waiting in the delay schedule until they are due.",
-            |(_, _, delayed)| *delayed,
+            |q| q.delayed,
         ),
         (
             "weir_queue_memory_bytes",
             "gauge",
             "Bytes the queue's messages hold in memory.",
-            |(s, _, _)| s.memory_bytes,
+            |q| q.stats.memory_bytes,
         ),
         (
             "weir_queue_consumers",
             "gauge",
             "Consumers attached to the queue.",
-            |(s, _, _)| s.consumers as u64,
+            |q| q.stats.consumers as u64,
+        ),
+        (
+            "weir_queue_producers",
+            "gauge",
+            "AMQP links attached to the queue's address and STOMP connections that sent to it.",
+            |q| q.producers as u64,
         ),
         (
             "weir_queue_paused",
             "gauge",
             "1 while dispatch is paused by management.",
-            |(s, _, _)| u64::from(s.paused),
+            |q| u64::from(q.stats.paused),
         ),
         (
             "weir_queue_enqueued_messages_total",
             "counter",
             "Messages that entered the queue (a delayed one when due).",
-            |(_, t, _)| t.enqueued,
+            |q| q.totals.enqueued,
         ),
         (
             "weir_queue_acked_messages_total",
             "counter",
             "Deliveries acknowledged.",
-            |(_, t, _)| t.acked,
+            |q| q.totals.acked,
         ),
         (
             "weir_queue_expired_messages_total",
             "counter",
             "Messages expired.",
-            |(_, t, _)| t.expired,
+            |q| q.totals.expired,
         ),
         (
             "weir_queue_dead_lettered_messages_total",
             "counter",
             "Messages rejected or past max_delivery_attempts.",
-            |(_, t, _)| t.dead_lettered,
+            |q| q.totals.dead_lettered,
         ),
         (
             "weir_queue_redelivered_messages_total",
             "counter",
             "Failed deliveries returned to be delivered again.",
-            |(_, t, _)| t.redelivered,
+            |q| q.totals.redelivered,
         ),
         (
             "weir_queue_dropped_messages_total",
             "counter",
             "Messages discarded by the DROP policy.",
-            |(s, _, _)| s.dropped,
+            |q| q.stats.dropped,
         ),
     ];
     for (name, kind, help, pick) in families {

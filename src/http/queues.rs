@@ -36,6 +36,8 @@ pub struct QueueInfo {
     /// Bytes the queue's messages hold in memory.
     memory_bytes: u64,
     consumers: usize,
+    /// AMQP links attached to the queue's address and STOMP connections that sent to it.
+    producers: usize,
     groups: usize,
     totals: TotalsInfo,
     /// Every setting the queue has now, with the config file's keys and values.
@@ -86,6 +88,7 @@ impl QueueInfo {
                 enqueued_per_second: rates.enqueued,
                 acked_per_second: rates.acked,
             },
+            producers: broker.producers().count(queue.name()),
             ..Self::from_parts(
                 queue.name(),
                 delayed,
@@ -118,6 +121,7 @@ impl QueueInfo {
             },
             memory_bytes: s.memory_bytes,
             consumers: s.consumers,
+            producers: 0,
             groups: s.groups,
             totals: TotalsInfo {
                 enqueued: t.enqueued,

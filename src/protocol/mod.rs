@@ -7,6 +7,7 @@ pub mod driver;
 pub mod fairness;
 pub mod peer;
 pub mod stomp;
+pub mod too_large;
 
 pub use peer::Peer;
 pub use weir_wire::{read_ahead, write_parts};

@@ -332,6 +332,7 @@ impl Server {
                     settings,
                     &tls,
                     websocket_stomp.clone(),
+                    config.websocket_origins().clone(),
                     &broker,
                     &shutdown,
                     &open,
@@ -395,8 +396,13 @@ impl Server {
         }
         if let Some(http) = &http {
             bound.push(("http".to_owned(), http.addr));
-            http.websocket
-                .set_ready(broker.clone(), websocket_stomp, shutdown.clone(), &open);
+            http.websocket.set_ready(
+                broker.clone(),
+                websocket_stomp,
+                config.websocket_origins().clone(),
+                shutdown.clone(),
+                &open,
+            );
             http.management.set_ready(broker.clone(), listening);
         }
         Ok(Server {
@@ -500,6 +506,7 @@ async fn websocket_listener(
     settings: &config::WebSocket,
     tls: &Option<Arc<TlsContext>>,
     stomp: StompOptions,
+    origins: config::AllowedOrigins,
     broker: &Broker,
     shutdown: &broadcast::Sender<()>,
     open: &mpsc::Sender<()>,
@@ -512,7 +519,7 @@ async fn websocket_listener(
         false => None,
     };
     let endpoint = Arc::new(websocket::Endpoint::default());
-    endpoint.set_ready(broker.clone(), stomp, shutdown.clone(), open);
+    endpoint.set_ready(broker.clone(), stomp, origins, shutdown.clone(), open);
     let router = websocket::listener_router(endpoint.clone());
     let listener = RouterListener::bind("websocket", settings.bind, router, tls).await?;
     Ok((listener, endpoint))

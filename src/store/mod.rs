@@ -10,12 +10,14 @@ mod keys;
 mod record;
 mod release;
 mod rocks;
+mod stats;
 mod writer;
 
 pub use disk::{DiskLimits, DiskRefusal};
 pub use keys::{MessageKey, ScheduleKey};
 pub use record::{MessageRecord, Record};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
+pub use stats::{HistogramSnapshot, StoreStats, BATCH_BOUNDS, SYNC_BOUNDS_US};
 pub use writer::{Completion, FsyncPolicy, Hold, Op, Written};
 
 /// Everything that can go wrong below the core.

@@ -74,6 +74,20 @@ impl BrokerProcess {
         })
     }
 
+    /// Like [`BrokerProcess::start`], with the AMQP and the management HTTP listeners too.
+    pub fn start_with_amqp_and_http(data_dir: &Path, config: Option<&str>) -> Self {
+        let config_path = write_config(data_dir, config);
+        Self::retry(|| {
+            Self::spawn(
+                data_dir.to_path_buf(),
+                config_path.clone(),
+                free_port(),
+                Some(free_port()),
+                Some(free_port()),
+            )
+        })
+    }
+
     fn start_on(data_dir: &Path, config: Option<&str>, amqp: bool) -> Self {
         let config_path = write_config(data_dir, config);
         Self::retry(|| {

@@ -122,6 +122,7 @@ pub(super) fn convert(raw: RawConfig) -> Result<Config, ConfigError> {
         acceptors,
         http,
         websocket,
+        websocket_origins: super::websocket_origins::convert(&raw.websocket)?,
         store,
         limits,
         security,

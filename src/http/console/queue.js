@@ -124,6 +124,7 @@ export function mount(page, params, name) {
       card('In flight', num(m.in_flight)),
       card('Awaiting redelivery', num(m.awaiting_redelivery)),
       card('Consumers', num(info.consumers)),
+      card('Producers', num(info.producers)),
       card('Groups', num(info.groups)),
       card('Memory', bytes(info.memory_bytes)),
       card('In', rate(rates?.in)),

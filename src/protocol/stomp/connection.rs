@@ -17,6 +17,7 @@ use crate::core::security::{AuthError, Authenticator};
 use crate::core::{Broker, CoreError, TransactionLimits};
 use crate::protocol::admission::{Admission, Ticket};
 use crate::protocol::driver::{self, ClientFaults, Connection, Ending, Io, ReadItem, Timing};
+use crate::protocol::too_large::MessageTooLarge;
 use crate::protocol::Peer;
 use futures_util::{SinkExt, StreamExt};
 use std::ops::ControlFlow;
@@ -420,9 +421,21 @@ impl StompConnection {
     ) where
         S: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        if let SessionError::Codec(StompError::Io(_)) = error {
-            return;
-        }
+        let too_large;
+        let error = match error {
+            // The transport refused a message too large (WebSocket): said as over TCP.
+            SessionError::Codec(StompError::Io(e)) => match MessageTooLarge::of(e) {
+                Some(refused) => {
+                    too_large = SessionError::Codec(StompError::FrameTooLarge {
+                        limit: refused.limit,
+                    });
+                    &too_large
+                }
+                // The connection is gone: nobody to tell.
+                None => return,
+            },
+            other => other,
+        };
         if !error.is_clients() {
             tracing::info!(%error, "closing connection with ERROR");
         } else if self.faults.loud() {

@@ -108,6 +108,8 @@ pub(super) struct Session {
     /// again and again, and looking it up by name per message (a shared map,
     /// contended across worker threads) showed in profiles.
     sending_to: Option<Arc<crate::core::queue::Queue>>,
+    /// The queues this connection has sent to, each counted as one of its producers.
+    producing: crate::core::producers::ConnectionProducers,
     pub(super) subs: HashMap<String, Sub>,
     pub(super) sub_of_consumer: FastMap<ConsumerId, String>,
     pub(super) transactions: Transactions<String>,
@@ -150,6 +152,7 @@ impl Session {
             deliveries_tx,
             names: crate::core::names::Names::default(),
             sending_to: None,
+            producing: Default::default(),
             subs: HashMap::new(),
             sub_of_consumer: FastMap::default(),
             transactions,
@@ -238,6 +241,10 @@ impl Session {
             self.broker
                 .may_send(&message.address, dest.routing, &self.principal)?;
             self.send_allowed = Some((message.address.clone(), dest.routing));
+        }
+        if dest.routing == RoutingType::Anycast {
+            self.producing
+                .note(self.broker.producers(), &message.address);
         }
         if let Some(tx) = frame.header("transaction") {
             // Any other refusal dooms the transaction; its COMMIT reports it.

@@ -9,6 +9,7 @@
 
 mod stream;
 
+use crate::config::AllowedOrigins;
 use crate::core::Broker;
 use crate::http::ConnInfo;
 use crate::protocol::stomp::{self, StompOptions};
@@ -16,7 +17,7 @@ use crate::protocol::Peer;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use axum::{Extension, Json, Router};
@@ -54,6 +55,8 @@ pub struct Endpoint {
 struct Serving {
     broker: Broker,
     stomp: StompOptions,
+    /// Pages from other origins are refused (empty: none is).
+    origins: AllowedOrigins,
     shutdown: broadcast::Sender<()>,
     /// The server's count of open connections; gone once the server stops.
     open: mpsc::WeakSender<()>,
@@ -65,12 +68,14 @@ impl Endpoint {
         &self,
         broker: Broker,
         stomp: StompOptions,
+        origins: AllowedOrigins,
         shutdown: broadcast::Sender<()>,
         open: &mpsc::Sender<()>,
     ) {
         let _ = self.serving.set(Serving {
             broker,
             stomp,
+            origins,
             shutdown,
             open: open.downgrade(),
         });
@@ -102,6 +107,7 @@ fn refuse(status: StatusCode, code: &str, message: String) -> Response {
 async fn upgrade(
     State(endpoint): State<Arc<Endpoint>>,
     conn: Option<Extension<ConnInfo>>,
+    headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let upgrade = match upgrade {
@@ -137,6 +143,20 @@ async fn upgrade(
             "the broker is still recovering".into(),
         );
     };
+    let origin = headers
+        .get(header::ORIGIN)
+        .map(|o| o.to_str().unwrap_or("(not text)"));
+    if !serving.origins.allows(origin) {
+        tracing::debug!(peer = %conn.peer, ?origin, "WebSocket upgrade from an origin not allowed");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "origin {} may not open STOMP over WebSocket (websocket.allowed_origins)",
+                origin.unwrap_or_default()
+            ),
+        );
+    }
     let Some(open) = serving.open.upgrade() else {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -170,7 +190,9 @@ async fn upgrade(
             move |e| tracing::debug!(peer = %conn.peer, error = %e, "WebSocket upgrade failed"),
         )
         .on_upgrade(move |socket: WebSocket| async move {
-            stomp::serve(WsStream::new(socket), peer, broker, stomp, shutdown).await;
+            let frame_limit = stomp.limits.max_frame_size;
+            let stream = WsStream::new(socket, frame_limit);
+            stomp::serve(stream, peer, broker, stomp, shutdown).await;
             drop(open);
         })
 }

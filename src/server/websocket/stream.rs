@@ -8,6 +8,7 @@
 //! the driver does once per wake-up, after whole frames. That message is text when its
 //! bytes are UTF-8 (what older browser clients expect) and binary otherwise.
 
+use crate::protocol::too_large::MessageTooLarge;
 use axum::extract::ws::{Message, Utf8Bytes, WebSocket};
 use bytes::{Bytes, BytesMut};
 use futures_util::{SinkExt, StreamExt};
@@ -24,21 +25,36 @@ pub struct WsStream {
     read_closed: bool,
     /// Written since the last flush; sent as one message by the next flush.
     pending: BytesMut,
+    /// The protocol's frame limit, named to a client whose message was too large.
+    frame_limit: usize,
 }
 
 impl WsStream {
-    pub fn new(socket: WebSocket) -> Self {
+    pub fn new(socket: WebSocket, frame_limit: usize) -> Self {
         WsStream {
             socket,
             unread: Bytes::new(),
             read_closed: false,
             pending: BytesMut::new(),
+            frame_limit,
         }
     }
 }
 
 fn io_error(e: axum::Error) -> io::Error {
     io::Error::other(e)
+}
+
+/// A message over the WebSocket layer's size limit becomes [`MessageTooLarge`], which
+/// the protocol answers in its own terms; other errors end the stream.
+fn read_error(e: axum::Error, frame_limit: usize) -> io::Error {
+    let inner = e.into_inner();
+    match inner.downcast_ref::<tungstenite::Error>() {
+        Some(tungstenite::Error::Capacity(tungstenite::error::CapacityError::MessageTooLong {
+            ..
+        })) => MessageTooLarge { limit: frame_limit }.into_io(),
+        _ => io::Error::other(inner),
+    }
 }
 
 impl AsyncRead for WsStream {
@@ -63,7 +79,7 @@ impl AsyncRead for WsStream {
                 // Pings are answered by the WebSocket layer itself.
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
                 Some(Ok(Message::Close(_))) | None => this.read_closed = true,
-                Some(Err(e)) => return Poll::Ready(Err(io_error(e))),
+                Some(Err(e)) => return Poll::Ready(Err(read_error(e, this.frame_limit))),
             }
         }
     }

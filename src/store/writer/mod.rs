@@ -20,6 +20,7 @@ use super::holding::Holding;
 use super::inbox::{Inbox, Submission, Taken, Wait};
 use super::release::{Releases, Ticket};
 use super::rocks::{Database, CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
+use super::stats::WriterStats;
 use super::StoreError;
 use rocksdb::{WriteBatch, WriteOptions};
 use std::sync::Arc;
@@ -42,6 +43,8 @@ pub(super) struct Writer {
     pub held: Held,
     /// Where records made only now are encoded (see `record`).
     pub scratch: Vec<u8>,
+    /// Commit latency and size, for metrics.
+    pub stats: Arc<WriterStats>,
 }
 
 /// Tells waiting submitters when the writer stops, however it stops (a panic
@@ -133,9 +136,21 @@ impl Writer {
                 None => Ok(()),
                 Some(batch) => {
                     dirty = true;
+                    let sync = self.policy != FsyncPolicy::Never;
                     let mut options = WriteOptions::default();
-                    options.set_sync(self.policy != FsyncPolicy::Never);
-                    db.write_opt(batch, &options).map_err(|e| {
+                    options.set_sync(sync);
+                    // One clock read on each side of the commit, none per message.
+                    let started = sync.then(Instant::now);
+                    let written = db.write_opt(batch, &options);
+                    if written.is_ok() {
+                        if let Some(started) = started {
+                            let us =
+                                u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+                            self.stats.sync_us.observe(us);
+                        }
+                        self.stats.batch.observe(commit.settles.len() as u64);
+                    }
+                    written.map_err(|e| {
                         tracing::error!(error = %e, "store write failed; new messages are refused until the disk has room");
                         Arc::new(write_error(e))
                     })

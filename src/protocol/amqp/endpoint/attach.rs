@@ -225,7 +225,9 @@ pub fn receiver(env: &Env, a: &Attach) -> Result<(ReceiverLink, Attach), AmqpErr
     // A producer attaching to a queue that blocks its producers starts
     // without credit, and gets it when the queue lets producers go.
     let withheld = route.blocking_queue(&env.broker);
+    let producing = route.register_producer(&env.broker);
     let link = ReceiverLink {
+        _producing: producing,
         route,
         producer,
         credit: if withheld.is_some() {

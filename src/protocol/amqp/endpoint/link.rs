@@ -11,6 +11,7 @@ use crate::core::broker::{Subscription, TemporaryQueue};
 use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
+use crate::core::producers::ProducerRegistration;
 use crate::core::queue::Queue;
 use crate::core::security::Principal;
 use crate::core::{Broker, CoreError, RoutingType};
@@ -192,6 +193,17 @@ pub enum Route {
 }
 
 impl Route {
+    /// Registers a producer of the queue this route sends to; a topic, the anonymous
+    /// relay and the coordinator feed no one queue.
+    pub fn register_producer(&self, broker: &Broker) -> Option<ProducerRegistration> {
+        let name = match self {
+            Route::Queue { name, .. } => name,
+            Route::Temporary(t) => t.name(),
+            Route::Topic { .. } | Route::Anonymous | Route::Coordinator => return None,
+        };
+        Some(broker.producers().register(name.clone()))
+    }
+
     /// A queue this route sends to whose producers must wait now (see
     /// [`Queue::blocks_producers`]). The anonymous relay's messages go
     /// anywhere: it is never held back as a whole.
@@ -253,6 +265,8 @@ pub struct ReceiverLink {
     pub withheld: Option<Arc<Queue>>,
     /// Anonymous relay: addresses this link was allowed to send to lately.
     pub relay_allowed: RelayAllowed,
+    /// Counts the link as a producer of its queue while it is attached (held for its drop).
+    pub _producing: Option<ProducerRegistration>,
 }
 
 /// The last few addresses an anonymous-relay link was allowed to send to, so a
