@@ -7,6 +7,7 @@ mod held;
 mod holding;
 mod inbox;
 mod keys;
+mod memory;
 mod record;
 mod release;
 mod rocks;
@@ -14,6 +15,7 @@ mod writer;
 
 pub use disk::{DiskLimits, DiskRefusal};
 pub use keys::{MessageKey, ScheduleKey};
+pub use memory::StoreMemory;
 pub use record::{MessageRecord, Record};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
 pub use writer::{Completion, FsyncPolicy, Hold, Op, Written};
