@@ -16,7 +16,7 @@ use crate::http::ListenerInfo;
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{AmqpOptions, ContainerRegistry};
 use crate::protocol::stomp::{self, StompOptions};
-use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreOptions};
+use crate::store::{DiskLimits, FsyncPolicy, Store, StoreError, StoreMemory, StoreOptions};
 use connection::{Options, TlsMode};
 use http::{HttpListener, RouterListener};
 use std::net::SocketAddr;
@@ -120,6 +120,7 @@ pub fn store_options(config: &Config) -> StoreOptions {
             max_usage_percent: config.store().max_disk_usage,
             min_free: config.store().min_free_disk,
         },
+        memory: StoreMemory::for_budget(Some(config.broker().global_max_size)),
         ..StoreOptions::default()
     }
 }

@@ -7,6 +7,7 @@ mod held;
 mod holding;
 mod inbox;
 mod keys;
+mod memory;
 mod record;
 mod release;
 mod rocks;
@@ -15,6 +16,7 @@ mod writer;
 
 pub use disk::{DiskLimits, DiskRefusal};
 pub use keys::{MessageKey, ScheduleKey};
+pub use memory::StoreMemory;
 pub use record::{MessageRecord, Record};
 pub use rocks::{RecoveredQueue, Store, StoreOptions};
 pub use stats::{HistogramSnapshot, StoreStats, BATCH_BOUNDS, SYNC_BOUNDS_US};

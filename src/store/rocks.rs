@@ -5,6 +5,7 @@ use super::disk::{DiskLimits, DiskRefusal, DiskState};
 use super::holding::Holding;
 use super::inbox::Inbox;
 use super::keys::{MessageKey, ScheduleKey};
+use super::memory::StoreMemory;
 use super::stats::{StoreStats, WriterStats};
 use super::writer::{Completion, Failed, FsyncPolicy, Op, OpList, Writer};
 use super::StoreError;
@@ -34,6 +35,8 @@ pub struct StoreOptions {
     pub hold_for_ack: std::time::Duration,
     /// Beyond these, new messages are refused (see `disk`).
     pub disk_limits: DiskLimits,
+    /// RocksDB's memtables and block cache.
+    pub memory: StoreMemory,
 }
 
 impl Default for StoreOptions {
@@ -45,6 +48,7 @@ impl Default for StoreOptions {
             idle_flush_after: std::time::Duration::from_secs(3),
             hold_for_ack: std::time::Duration::from_millis(5),
             disk_limits: DiskLimits::default(),
+            memory: StoreMemory::default(),
         }
     }
 }
@@ -84,7 +88,7 @@ impl Drop for Inner {
 impl Store {
     pub fn open(dir: &Path, options: StoreOptions) -> Result<Self, StoreError> {
         let disk = DiskState::watch(dir, options.disk_limits);
-        let (database, writable) = Database::open(dir)?;
+        let (database, writable) = Database::open(dir, options.memory)?;
         let database = Arc::new(database);
         disk.set_write_failed(!writable);
         let inbox = Arc::new(Inbox::new(options.queue_depth));
@@ -425,6 +429,7 @@ pub(super) fn cf<'a>(db: &'a DB, name: &str) -> Result<&'a rocksdb::ColumnFamily
 /// store started on a full disk is open read-only until space returns.
 pub(super) struct Database {
     dir: PathBuf,
+    memory: StoreMemory,
     slot: RwLock<Option<Arc<DB>>>,
 }
 
@@ -436,17 +441,18 @@ impl Database {
     /// RocksDB to start (it writes a new MANIFEST, OPTIONS and WAL at open,
     /// and flushes what the old WAL held): consumers can still drain it.
     /// True when writable.
-    fn open(dir: &Path) -> Result<(Self, bool), StoreError> {
-        let (db, writable) = match open_db(dir, false) {
+    fn open(dir: &Path, memory: StoreMemory) -> Result<(Self, bool), StoreError> {
+        let (db, writable) = match open_db(dir, memory, false) {
             Ok(db) => (db, true),
             Err(e) if is_no_space(&e) => {
                 tracing::warn!(error = %e, "disk full: the store is open read-only until space returns");
-                (open_db(dir, true)?, false)
+                (open_db(dir, memory, true)?, false)
             }
             Err(e) => return Err(e.into()),
         };
         let database = Self {
             dir: dir.to_path_buf(),
+            memory,
             slot: RwLock::new(Some(Arc::new(db))),
         };
         Ok((database, writable))
@@ -471,14 +477,14 @@ impl Database {
             }
             drop(old);
         }
-        match open_db(&self.dir, false) {
+        match open_db(&self.dir, self.memory, false) {
             Ok(db) => {
                 *slot = Some(Arc::new(db));
                 Ok(true)
             }
             Err(e) => {
                 tracing::warn!(error = %e, "the store cannot reopen for writing yet");
-                *slot = Some(Arc::new(open_db(&self.dir, true)?));
+                *slot = Some(Arc::new(open_db(&self.dir, self.memory, true)?));
                 Ok(false)
             }
         }
@@ -490,7 +496,7 @@ pub(super) fn is_no_space(e: &rocksdb::Error) -> bool {
     text.contains("No space left") || text.contains("quota exceeded")
 }
 
-fn open_db(dir: &Path, read_only: bool) -> Result<DB, rocksdb::Error> {
+fn open_db(dir: &Path, memory: StoreMemory, read_only: bool) -> Result<DB, rocksdb::Error> {
     let mut db_options = Options::default();
     db_options.create_if_missing(true);
     db_options.create_missing_column_families(true);
@@ -506,14 +512,16 @@ fn open_db(dir: &Path, read_only: bool) -> Result<DB, rocksdb::Error> {
     // at once never reach the memtable (the writer drops put + delete pairs),
     // so 16 MiB still lets most written ones die before a flush, and keeps
     // the broker's resident memory after a persistent burst low.
-    db_options.set_write_buffer_size(16 << 20);
-    // Bound what RocksDB holds in memory however much is stored: one budget
-    // for every memtable, old WALs flushed away instead of pinning
+    let per_family = memory.write_buffer_per_family() as usize;
+    db_options.set_write_buffer_size(per_family);
+    // Bound what RocksDB holds in memory however much is stored, in
+    // proportion to the broker's memory budget (see `StoreMemory`): one
+    // budget for every memtable, old WALs flushed away instead of pinning
     // memtables of quiet column families, and index and filter blocks kept
     // in a fixed-size block cache instead of growing with the data.
-    db_options.set_db_write_buffer_size(48 << 20);
+    db_options.set_db_write_buffer_size(memory.write_buffers as usize);
     db_options.set_max_total_wal_size(256 << 20);
-    let cache = rocksdb::Cache::new_lru_cache(64 << 20)?;
+    let cache = rocksdb::Cache::new_lru_cache(memory.block_cache as usize)?;
     let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
         .into_iter()
         .map(|name| {
@@ -522,7 +530,7 @@ fn open_db(dir: &Path, read_only: bool) -> Result<DB, rocksdb::Error> {
             table.set_cache_index_and_filter_blocks(true);
             table.set_pin_l0_filter_and_index_blocks_in_cache(true);
             let mut cf = Options::default();
-            cf.set_write_buffer_size(16 << 20);
+            cf.set_write_buffer_size(per_family);
             cf.set_block_based_table_factory(&table);
             ColumnFamilyDescriptor::new(name, cf)
         });
@@ -705,6 +713,29 @@ mod tests {
         drop(store);
         let store = Store::open(dir.path(), options).unwrap();
         assert_eq!(store.scan_messages(3, 1000, 5000).unwrap().len(), 1000);
+    }
+
+    #[tokio::test]
+    async fn rocksdb_gets_the_block_cache_the_memory_budget_allows() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions {
+            memory: StoreMemory::for_budget(Some(128 << 20)),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(dir.path(), options).unwrap();
+        let db = store.inner.database.get().unwrap();
+        let capacity = db
+            .property_int_value("rocksdb.block-cache-capacity")
+            .unwrap();
+        assert_eq!(capacity, Some(8 << 20));
+        // Reopened after a failed write: still the same sizes.
+        drop(db);
+        assert!(store.inner.database.reopen().unwrap());
+        let db = store.inner.database.get().unwrap();
+        let capacity = db
+            .property_int_value("rocksdb.block-cache-capacity")
+            .unwrap();
+        assert_eq!(capacity, Some(8 << 20));
     }
 
     #[tokio::test]

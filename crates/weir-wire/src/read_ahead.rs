@@ -73,16 +73,42 @@ impl ReadBufferSize {
 /// the last whole frame the connection sent (0 before the first).
 pub fn reserve_frame(src: &mut BytesMut, frame_len: usize, last_whole: usize) {
     let missing = frame_len.saturating_sub(src.len());
+    let earned = src
+        .len()
+        .max(UNEARNED_ROOM)
+        .max(last_whole.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD));
+    if frame_len > MAX_AHEAD {
+        // The body travels on as a slice of this buffer and keeps all of it
+        // alive for as long as the message lives (in a queue, for hours):
+        // room beyond the frame would be memory held and counted nowhere
+        // (growing a `Vec` doubles it: 2.5 MiB held for a 1 MiB message).
+        // A frame no larger than the last whole one has earned its room at once.
+        let earned = if frame_len <= last_whole {
+            missing
+        } else {
+            earned
+        };
+        grow_exactly(src, missing.min(earned));
+        return;
+    }
     let wanted = if frame_len >= LARGE_FRAME {
         missing.max(frame_len.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD))
     } else {
         missing
     };
-    let earned = src
-        .len()
-        .max(UNEARNED_ROOM)
-        .max(last_whole.saturating_mul(FRAMES_AHEAD).min(MAX_AHEAD));
     src.reserve(wanted.min(earned));
+}
+
+/// Makes room for `additional` more bytes and no more: a new buffer of
+/// exactly that size when there is not room already, what is buffered
+/// copied over (as growing would).
+fn grow_exactly(src: &mut BytesMut, additional: usize) {
+    if src.capacity() - src.len() >= additional {
+        return;
+    }
+    let mut grown = BytesMut::with_capacity(src.len() + additional);
+    grown.extend_from_slice(src);
+    *src = grown;
 }
 
 #[cfg(test)]
@@ -112,6 +138,29 @@ mod tests {
             "what was read of the frame is kept"
         );
         assert_eq!(first.len(), 16 * 1024);
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_read_ahead_is_read_into_a_buffer_of_its_own_size() {
+        let frame = 1024 * 1024 + 60;
+        let mut src = BytesMut::new();
+        src.extend_from_slice(&[2; 1000]);
+        let mut reserves = 0;
+        while src.len() < frame {
+            reserve_frame(&mut src, frame, frame);
+            reserves += 1;
+            assert!(
+                src.capacity() <= frame,
+                "{} bytes for a {frame}-byte frame",
+                src.capacity()
+            );
+            // A read takes all the room there is (here: the rest of the frame
+            // and nothing of the next, as there is no room for it).
+            let n = src.capacity() - src.len();
+            src.extend_from_slice(&vec![1; n]);
+        }
+        assert_eq!(src.capacity(), frame, "the frame, and all of the buffer");
+        assert!(reserves < 12, "{reserves} reserves");
     }
 
     #[test]

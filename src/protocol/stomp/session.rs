@@ -110,7 +110,11 @@ pub(super) struct Session {
     sending_to: Option<Arc<crate::core::queue::Queue>>,
     /// The queues this connection has sent to, each counted as one of its producers.
     producing: crate::core::producers::ConnectionProducers,
-    pub(super) subs: HashMap<String, Sub>,
+    /// Boxed, so growing the map moves a pointer per subscription rather
+    /// than the subscription (100,000 of them at once would stall the
+    /// worker thread, and every connection on it, while fresh memory is
+    /// faulted in).
+    pub(super) subs: HashMap<String, Box<Sub>>,
     pub(super) sub_of_consumer: FastMap<ConsumerId, String>,
     pub(super) transactions: Transactions<String>,
     pub(super) receipts: FuturesOrdered<PendingReceipt>,
@@ -374,7 +378,7 @@ impl Session {
             .insert(subscription.consumer(), id.clone());
         self.subs.insert(
             id.clone(),
-            Sub {
+            Box::new(Sub {
                 id_text: HeaderText::copy_from(&id),
                 destination_text: HeaderText::from(convert::format_destination(
                     &dest.name,
@@ -385,7 +389,7 @@ impl Session {
                 outstanding: BTreeMap::new(),
                 order_of: FastMap::default(),
                 group_first_key: settings.group_first_key.clone(),
-            },
+            }),
         );
         Ok(())
     }

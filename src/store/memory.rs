@@ -1,0 +1,72 @@
+//! What RocksDB may hold in memory, sized from the broker's memory budget.
+//!
+//! `global_max_size` counts the bytes messages hold in the queues; RocksDB's
+//! write buffers (memtables) and block cache come on top of it. For a small
+//! budget they would be most of the process (48 + 64 MiB against 128 MiB), so
+//! both scale with the budget, between a floor that keeps paging and flushes
+//! efficient and the ceiling a large broker needs.
+
+/// RocksDB's memory: one budget for every column family's memtables, and the
+/// block cache that holds index and filter blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreMemory {
+    pub write_buffers: u64,
+    pub block_cache: u64,
+}
+
+const MIB: u64 = 1 << 20;
+const WRITE_BUFFERS: (u64, u64) = (16 * MIB, 48 * MIB);
+const BLOCK_CACHE: (u64, u64) = (8 * MIB, 64 * MIB);
+
+impl StoreMemory {
+    /// Write buffers an eighth of `global_max_size`, block cache a sixteenth,
+    /// each within its bounds; the ceilings when unlimited.
+    pub fn for_budget(global_max_size: Option<u64>) -> Self {
+        let Some(budget) = global_max_size else {
+            return Self::default();
+        };
+        StoreMemory {
+            write_buffers: (budget / 8).clamp(WRITE_BUFFERS.0, WRITE_BUFFERS.1),
+            block_cache: (budget / 16).clamp(BLOCK_CACHE.0, BLOCK_CACHE.1),
+        }
+    }
+
+    /// One column family's memtable: at most 16 MiB, so most durable
+    /// messages are consumed and deleted before their memtable is flushed,
+    /// and half the budget, so the messages' column family may use most of
+    /// it (the others see little traffic).
+    pub fn write_buffer_per_family(&self) -> u64 {
+        (self.write_buffers / 2).min(16 * MIB)
+    }
+}
+
+impl Default for StoreMemory {
+    fn default() -> Self {
+        StoreMemory {
+            write_buffers: WRITE_BUFFERS.1,
+            block_cache: BLOCK_CACHE.1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rocksdb_memory_follows_the_budget_within_its_bounds() {
+        let small = StoreMemory::for_budget(Some(128 * MIB));
+        assert_eq!(small.write_buffers, 16 * MIB);
+        assert_eq!(small.block_cache, 8 * MIB);
+        let middle = StoreMemory::for_budget(Some(256 * MIB));
+        assert_eq!(middle.write_buffers, 32 * MIB);
+        assert_eq!(middle.block_cache, 16 * MIB);
+        let large = StoreMemory::for_budget(Some(12 << 30));
+        assert_eq!(large, StoreMemory::default());
+        assert_eq!(large.write_buffer_per_family(), 16 * MIB);
+        assert_eq!(StoreMemory::for_budget(None), StoreMemory::default());
+        let tiny = StoreMemory::for_budget(Some(MIB));
+        assert_eq!(tiny.write_buffers, 16 * MIB);
+        assert_eq!(tiny.write_buffer_per_family(), 8 * MIB);
+    }
+}
