@@ -57,7 +57,8 @@ pub enum Invariant {
     GroupOrder,
     /// On an exclusive queue, ungrouped messages go out in queue order (by
     /// priority, then arrival): one that came back, from a consumer that left
-    /// or settled it, goes before newer ones of its priority.
+    /// or settled it, goes before newer ones of its priority (and may go
+    /// before older ones still on disk).
     QueueOrder,
     /// A grouped message goes only to its group's owner.
     GroupOwner,
@@ -245,6 +246,9 @@ struct Msg {
     refused_by: BTreeSet<Cid>,
     place: Place,
     dead_seen: bool,
+    /// Delivered and given back (settled other than by an ack, or its
+    /// consumer left): it may go ahead of older messages on disk.
+    returned: bool,
 }
 
 impl Msg {
@@ -387,6 +391,7 @@ impl Model {
             refused_last: None,
             refused_by: BTreeSet::new(),
             dead_seen: false,
+            returned: false,
         });
         self.msgs.len() - 1
     }
@@ -742,11 +747,16 @@ impl Model {
     /// An ungrouped message older than `id` (both sent without a delay) of at
     /// least its priority that `cid` could have had instead all through
     /// `span`. Messages that waited for a delay are left out: their timers
-    /// may fire late.
+    /// may fire late. So is a message that comes back (`id` returned): it
+    /// goes back into memory, ahead of older messages still paged out, as
+    /// Artemis puts a returned message back at the head of its queue.
     fn passed_over(&self, cid: Cid, id: MsgId, span: Span) -> Option<MsgId> {
         let m = &self.msgs[id];
         let consumer = self.consumers.get(&cid)?;
         m.arrival.order?;
+        if m.returned {
+            return None;
+        }
         self.msgs.iter().enumerate().find_map(|(oid, o)| {
             let waiting_in_queue = matches!(
                 o.place,
@@ -832,6 +842,7 @@ impl Model {
     /// `cid` settles `id` (which it holds); `now` is read before the call.
     pub fn settle(&mut self, cid: Cid, id: MsgId, how: Settle, now: Ms) {
         let since = self.tick();
+        self.msgs[id].returned |= how != Settle::Ack;
         if let Some(c) = self.consumers.get_mut(&cid) {
             if let CreditKind::Window(w) = c.spec.credit {
                 c.credit = (c.credit + 1).min(w);
@@ -889,6 +900,7 @@ impl Model {
         let max = self.settings.max_delivery_attempts;
         let delay = self.redelivery_delay(self.msgs[id].count);
         let m = &mut self.msgs[id];
+        m.returned = true;
         m.place = if max > 0 && m.count >= max {
             Place::DeadLettered
         } else {
