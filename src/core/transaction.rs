@@ -3,16 +3,19 @@
 //! all of them or none.
 //!
 //! Everything that can refuse an operation is checked when the operation is
-//! added (the destination, the delay, the limits), so a transaction knows it
-//! is doomed long before its commit. The first refusal is kept: the commit
-//! then fails with it and nothing of the transaction takes effect. At commit
-//! what can have changed since (a settlement's delivery taken back when its
-//! consumer left, a queue deleted) is checked again before anything is
-//! applied.
+//! added (the destination, the delay, the limits, a full FAIL queue), so a
+//! transaction knows it is doomed long before its commit. The first refusal
+//! is kept: the commit then fails with it and nothing of the transaction
+//! takes effect. At commit what can have changed since (a settlement's
+//! delivery taken back when its consumer left, a queue deleted or become a
+//! full FAIL queue) is checked again before anything is applied. A send that
+//! finds its DROP queue full as the commit applies it is dropped, as outside
+//! a transaction.
 
-use super::broker::{validate_name, Broker, RoutingType};
+use super::broker::{address_full, admit, validate_name, Broker, RoutingType};
 use super::consumer::{ConsumerId, Release};
 use super::error::CoreError;
+use super::memory::AddressFullPolicy;
 use super::message::Message;
 use super::queue::Queue;
 use super::receipt::Receipt;
@@ -307,7 +310,12 @@ impl<K: Hash + Eq> Transactions<K> {
         }
         for send in txn.sends {
             receipts.push(match send.to {
-                Checked::Queue(queue) => broker.publish_checked(&queue, send.message),
+                // A full DROP queue drops it (a full FAIL queue refused the
+                // whole transaction above, and cannot refuse part of it now).
+                Checked::Queue(queue) => match admit(&queue) {
+                    Ok(false) => continue,
+                    _ => broker.publish_checked(&queue, send.message),
+                },
                 Checked::Create => match broker.queue_or_create(&send.message.address, true) {
                     Ok(queue) => broker.publish_checked(&queue, send.message),
                     Err(e) => {
@@ -378,6 +386,7 @@ fn check_send(
             if queue.is_deleted() {
                 return Err(CoreError::NotFound(queue.name().to_string()));
             }
+            refuse_when_full(&queue)?;
             broker.resolve_delay(message, &queue.settings())?;
             Ok(Checked::Queue(queue))
         }
@@ -413,9 +422,20 @@ fn still_valid(txn: &Transaction) -> Result<(), TransactionError> {
             if queue.is_deleted() {
                 return Err(CoreError::NotFound(queue.name().to_string()).into());
             }
+            refuse_when_full(queue)?;
         }
     }
     Ok(())
+}
+
+/// A full FAIL queue refuses a send as outside a transaction (a DROP queue
+/// drops it only when the commit applies it).
+fn refuse_when_full(queue: &Queue) -> Result<(), CoreError> {
+    let memory = queue.memory();
+    match memory.is_full() && memory.policy() == AddressFullPolicy::Fail {
+        true => Err(address_full(queue)),
+        false => Ok(()),
+    }
 }
 
 #[cfg(test)]

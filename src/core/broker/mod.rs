@@ -6,6 +6,7 @@ mod recover;
 mod subscriptions;
 
 use subscriptions::Topic;
+pub(super) use publish::{address_full, admit};
 pub use subscriptions::{Subscription, TemporaryQueue};
 
 use super::consumer::ConsumerId;

@@ -255,7 +255,7 @@ impl Broker {
 /// also stops its producers, see [`Queue::blocks_producers`]). Two atomic
 /// loads while nothing is full.
 #[inline]
-fn admit(queue: &Queue) -> Result<bool, CoreError> {
+pub(in crate::core) fn admit(queue: &Queue) -> Result<bool, CoreError> {
     let memory = queue.memory();
     if !memory.is_full() {
         return Ok(true);
@@ -275,7 +275,7 @@ fn drop_one(queue: &Queue) {
     tracing::debug!(queue = %queue.name(), dropped, "queue full (address_full_policy DROP): message dropped");
 }
 
-fn address_full(queue: &Queue) -> CoreError {
+pub(in crate::core) fn address_full(queue: &Queue) -> CoreError {
     let memory = queue.memory();
     let (setting, limit) = match memory.own_limit_reached() {
         Some(limit) => ("max_size_bytes", limit),

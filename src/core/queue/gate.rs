@@ -51,8 +51,10 @@ impl DispatchGate {
     /// The queue's `consumers_before_dispatch` or `delay_before_dispatch` changed
     /// while `consumers` are attached. A queue that was dispatching goes on (the
     /// gate closes again only when everyone leaves, as for any open gate); one
-    /// that was waiting waits under the new rule, its delay counted from now if
-    /// no consumer had started it. Returns when to look again.
+    /// that has as many consumers as the new rule asks opens now, whether or not
+    /// anything waits (as when a consumer arrives); one that is still short
+    /// waits under the new rule, its delay counted from now if no consumer had
+    /// started it. Returns when to look again.
     pub fn reconfigured(
         &mut self,
         old: &QueueSettings,
@@ -63,7 +65,8 @@ impl DispatchGate {
         if consumers == 0 {
             return None;
         }
-        if old.consumers_before_dispatch == 0 {
+        if old.consumers_before_dispatch == 0 || consumers >= new.consumers_before_dispatch as usize
+        {
             self.open = true;
         }
         if self.open || new.consumers_before_dispatch == 0 {
@@ -156,6 +159,18 @@ mod tests {
         assert!(!gate.is_open(&s));
         gate.pause(false);
         assert!(gate.allows(&s, 3));
+    }
+
+    #[test]
+    fn a_count_lowered_to_the_consumers_attached_opens_the_gate_at_once() {
+        let (old, new) = (settings(3, None), settings(2, None));
+        let mut gate = DispatchGate::default();
+        gate.consumer_added(&old, 1, Instant::now());
+        gate.consumer_added(&old, 2, Instant::now());
+        assert!(!gate.is_open(&old));
+        // Open with nothing to dispatch yet, so one leaving does not close it.
+        assert_eq!(gate.reconfigured(&old, &new, 2, Instant::now()), None);
+        assert!(gate.allows(&new, 1));
     }
 
     #[test]

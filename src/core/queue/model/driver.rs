@@ -9,14 +9,20 @@
 //! the queue under test shares one delivery channel, so the model sees the
 //! queue's pushes in the exact order it made them, across consumers.
 
-use super::ops::{CaseSettings, Op, SendOp, SettleOp, TxnEnd, TxnOp, CONNECTIONS, MAX_CONSUMERS};
+use super::ops::{
+    CaseSettings, DelayValue, Op, Reconfig, SendOp, SettleOp, TxnEnd, TxnOp, CONNECTIONS,
+    DELAY_HEADERS, MAX_CONSUMERS,
+};
 use super::reference::{
-    Cid, ConsumerSpec, CreditKind, Invariant, Model, ModelSettings, Ms, MsgId, Sent, Settle, Span,
-    Violation, SLACK,
+    Cid, ConsumerSpec, CreditKind, Invariant, Model, ModelChange, ModelSettings, Ms, MsgId, Sent,
+    Settle, Span, Violation, SLACK,
 };
 use crate::core::consumer::MessageFilter;
+use crate::core::delay_headers::{DelayHeader, DelayUnit};
 use crate::core::deliveries::{self, Deliveries, DeliverySink};
+use crate::core::memory::AddressFullPolicy;
 use crate::core::message::now_ms;
+use crate::core::queue::Queue;
 use crate::core::schedule::{Schedule, ScheduleOptions};
 use crate::core::settings::{DelayOverMax, QueueSettings};
 use crate::core::transaction::{
@@ -44,6 +50,9 @@ const FIRST_PATIENCE_MS: u64 = 10;
 const LAST_PATIENCE_MS: u64 = 640;
 /// A queue still delivering after this many rounds never settles.
 const MAX_ROUNDS: u32 = 2_000;
+/// What a drain owes is judged by deadlines this long past: the core's
+/// timers may run late, and a drain does not wait for them.
+const DRAIN_SLACK_MS: Ms = 50;
 
 pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
     QueueSettings {
@@ -67,6 +76,16 @@ pub fn queue_settings(case: &CaseSettings) -> QueueSettings {
         },
         dead_letter_address: Some(DEAD_LETTERS.to_owned()),
         expiry_address: Some(EXPIRED.to_owned()),
+        address_full_policy: case.address_full_policy,
+        default_message_delay: case.default_message_delay,
+        delay_headers: case
+            .delay_headers
+            .iter()
+            .map(|name| DelayHeader {
+                name: Arc::from(*name),
+                unit: DelayUnit::Millis,
+            })
+            .collect(),
         ..QueueSettings::default()
     }
 }
@@ -137,6 +156,9 @@ pub struct Driver {
     max_delay: Ms,
     clamp_delays: bool,
     txn_limits: TransactionLimits,
+    /// The queue's default delay now (it changes at run time).
+    default_delay: Ms,
+    delay_headers: Vec<&'static str>,
 }
 
 type Step = Result<(), Violation>;
@@ -173,8 +195,10 @@ impl Driver {
             txn_limits: TransactionLimits {
                 max_ops: case.max_transaction_ops,
                 max_bytes: case.max_transaction_bytes,
-                ..TransactionLimits::default()
+                max_open: case.max_open_transactions,
             },
+            default_delay: case.default_message_delay.as_millis() as Ms,
+            delay_headers: case.delay_headers.clone(),
         };
         driver.open();
         driver
@@ -278,6 +302,9 @@ impl Driver {
                 max_size_bytes,
             } => self.resize(*max_memory_messages, *max_size_bytes)?,
             Op::Txn(txn) => self.txn(txn)?,
+            Op::Reconfigure(change) => self.reconfigure(change)?,
+            Op::SetCredit { consumer, credit } => self.set_credit(*consumer, *credit)?,
+            Op::Drain { consumer } => self.drain_credit(*consumer)?,
         }
         self.check_owed(false)
     }
@@ -321,13 +348,37 @@ impl Driver {
     /// Whether `op`'s delay may be over `max_message_delay`: the core
     /// measures it from a moment later, so only a longer one can be.
     fn may_be_over_max_delay(&self, op: &SendOp) -> bool {
-        op.delay_ms.is_some_and(|d| d > self.max_delay)
+        self.delay_of(op).is_some_and(|d| d > self.max_delay)
+    }
+
+    /// The delay the queue gives `op`: its own, else the first of the
+    /// queue's `delay_headers` it carries with a value that is a delay (a
+    /// zero one is none), else the queue's default delay.
+    fn delay_of(&self, op: &SendOp) -> Option<Ms> {
+        if op.delay_ms.is_some() {
+            return op.delay_ms;
+        }
+        let from_properties = self.delay_headers.iter().find_map(|name| {
+            let property = op
+                .delay_properties
+                .iter()
+                .find(|p| DELAY_HEADERS[p.name as usize] == *name)?;
+            match property.value {
+                DelayValue::Int(ms) | DelayValue::Text(ms) => Some(ms),
+                DelayValue::Junk => None,
+            }
+        });
+        match from_properties {
+            Some(0) => None,
+            Some(ms) => Some(ms),
+            None => (self.default_delay > 0).then_some(self.default_delay),
+        }
     }
 
     /// Whether `op`, stamped at `now`, had a delay over `max_message_delay`
     /// whenever the core measured it before `hi`.
     fn surely_over_max_delay(&self, op: &SendOp, now: Ms, hi: Ms) -> bool {
-        op.delay_ms
+        self.delay_of(op)
             .is_some_and(|d| d > self.max_delay + (hi - now) + 1)
     }
 
@@ -336,6 +387,7 @@ impl Driver {
     /// earliest time the core can have made it).
     fn message(&self, id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         let (mut sent, message) = message(id, op, now);
+        sent.due = self.delay_of(op).map(|d| now + d);
         if self.clamp_delays && self.may_be_over_max_delay(op) {
             sent.due = Some(now + self.max_delay);
         }
@@ -348,9 +400,31 @@ impl Driver {
         let (sent, message) = self.message(id, op, now);
         let rt = self.rt();
         let _entered = rt.enter();
+        let queue = self.queue();
+        let policy = queue.memory().policy();
+        let full = queue.memory().is_full();
+        let dropped = queue.memory().dropped();
         let lo = now_ms();
         let published = self.core().broker.publish(message, RoutingType::Anycast);
         let hi = now_ms();
+        let dropped = queue.memory().dropped() - dropped;
+        match (policy, full, &published, dropped) {
+            (AddressFullPolicy::Fail, true, Err(CoreError::AddressFull { .. }), 0) => {
+                self.trace(|| format!("  m{id} refused: the FAIL queue is full"));
+                return Ok(());
+            }
+            (AddressFullPolicy::Drop, true, Ok(_), 1) => {
+                self.trace(|| format!("  m{id} dropped: the DROP queue is full"));
+                return Ok(());
+            }
+            (_, false, _, 0) | (AddressFullPolicy::Page | AddressFullPolicy::Block, _, _, 0) => {}
+            (policy, full, published, dropped) => {
+                return Err(over_limit(format!(
+                    "m{id} to a {policy:?} queue (full: {full}): {:?}, {dropped} dropped",
+                    published.as_ref().map(|_| ()).map_err(|e| e.to_string())
+                )))
+            }
+        }
         let refusable = !self.clamp_delays && self.may_be_over_max_delay(op);
         match published {
             Err(CoreError::DelayTooLong { .. }) if refusable => {
@@ -376,10 +450,35 @@ impl Driver {
     /// commit applies in the order the core applies it: the releases, then
     /// the acknowledgements (a consumer's together), then the sends.
     fn txn(&mut self, op: &TxnOp) -> Step {
-        const TXN: u32 = 1;
+        const TXN: u32 = 0;
         let mut txns = Transactions::new(self.txn_limits);
-        if txns.begin(TXN).is_err() {
-            return Err(broken("a transaction would not begin".to_owned()));
+        let max_open = self.txn_limits.max_open;
+        for other in 1..=u32::from(op.others_open) {
+            match txns.begin(other) {
+                Ok(()) if other as usize > max_open => {
+                    return Err(over_limit(format!(
+                    "transaction {other} began with {} open, over max_open_transactions {max_open}",
+                    other - 1
+                )))
+                }
+                Err(TransactionError::TooManyOpen { .. }) if other as usize > max_open => {}
+                Ok(()) => {}
+                Err(e) => return Err(broken(format!("transaction {other} would not begin: {e}"))),
+            }
+        }
+        let open = usize::from(op.others_open).min(max_open);
+        match txns.begin(TXN) {
+            Ok(()) if open >= max_open => {
+                return Err(over_limit(format!(
+                    "a transaction began with {open} open, max_open_transactions {max_open}"
+                )))
+            }
+            Ok(()) => {}
+            Err(TransactionError::TooManyOpen { .. }) if open >= max_open => {
+                self.trace(|| "  transaction refused: too many open".to_owned());
+                return Ok(());
+            }
+            Err(e) => return Err(broken(format!("a transaction would not begin: {e}"))),
         }
         let rt = self.rt();
         let _entered = rt.enter();
@@ -395,8 +494,12 @@ impl Driver {
             let (s, message) = self.message(id, send, now);
             let weight = message.weight();
             let broker = &self.core().broker;
+            let queue = self.queue();
+            let full_fail =
+                queue.memory().is_full() && queue.memory().policy() == AddressFullPolicy::Fail;
             let added = txns.send(broker, &TXN, message, Target::Routed(RoutingType::Anycast));
-            let refused = doomed || ops >= limits.max_ops || bytes + weight > limits.max_bytes;
+            let refused =
+                doomed || ops >= limits.max_ops || bytes + weight > limits.max_bytes || full_fail;
             let refusable = !self.clamp_delays && self.may_be_over_max_delay(send);
             match added {
                 Ok(()) if refused => {
@@ -503,6 +606,15 @@ impl Driver {
         }
         let rt = self.rt();
         let _entered = rt.enter();
+        // A FAIL queue full at the commit refuses the transaction's sends, so
+        // the whole of it; a DROP queue drops those that find it full, the
+        // last ones (it stays full as they go in).
+        let queue = self.queue();
+        let full_fail = !sent.is_empty()
+            && queue.memory().is_full()
+            && queue.memory().policy() == AddressFullPolicy::Fail;
+        let doomed = doomed || (full_fail && op.end != TxnEnd::Rollback);
+        let dropped_before = queue.memory().dropped();
         let lo = now_ms();
         let applied = if op.end == TxnEnd::Rollback {
             txns.rollback(&TXN).map(|()| false)
@@ -530,6 +642,17 @@ impl Driver {
             }
         };
         self.trace(|| format!("  transaction committed: {committed}"));
+        let dropped = (queue.memory().dropped() - dropped_before) as usize;
+        if dropped > 0 {
+            if !committed || queue.memory().policy() != AddressFullPolicy::Drop {
+                return Err(over_limit(format!(
+                    "{dropped} sends dropped by a transaction ending {:?} (committed: {committed})",
+                    op.end
+                )));
+            }
+            self.trace(|| format!("  the last {dropped} sends dropped: the DROP queue is full"));
+            sent.truncate(sent.len().saturating_sub(dropped));
+        }
         if committed {
             for &(cid, id, _) in settled.iter().filter(|(_, _, ack)| !ack) {
                 self.held.remove(&id);
@@ -669,6 +792,110 @@ impl Driver {
         };
         rt.block_on(written.wait())
             .unwrap_or_else(|e| panic!("resize not stored: {e}"));
+        Ok(())
+    }
+
+    /// The queue under test.
+    fn queue(&self) -> Arc<Queue> {
+        self.core().broker.queue(QUEUE).expect("queue under test")
+    }
+
+    /// Management changes settings other than memory limits at run time.
+    fn reconfigure(&mut self, change: &Reconfig) -> Step {
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        let changed = self.core().broker.change_queue_settings_as(
+            QUEUE,
+            &crate::core::security::Principal::unrestricted(),
+            |s| {
+                if let Some(exclusive) = change.exclusive {
+                    s.exclusive = Some(exclusive);
+                }
+                if let Some((count, delay)) = change.gate {
+                    s.consumers_before_dispatch = Some(count);
+                    s.delay_before_dispatch = Some(delay);
+                }
+                if let Some(d) = change.redelivery_delay {
+                    s.redelivery_delay = Some(d);
+                }
+                if let Some(max) = change.max_delivery_attempts {
+                    s.max_delivery_attempts = Some(max);
+                }
+                if let Some(d) = change.default_message_delay {
+                    s.default_message_delay = Some(d);
+                }
+            },
+            |_| Ok(()),
+        );
+        let written = match changed {
+            Ok((_, written)) => written,
+            Err(e) => return Err(broken(format!("settings change refused: {e}"))),
+        };
+        let ms = |d: Duration| d.as_millis() as Ms;
+        self.model.reconfigure(
+            &ModelChange {
+                exclusive: change.exclusive,
+                gate: change.gate.map(|(count, delay)| (count, delay.map(ms))),
+                redelivery_delay: change.redelivery_delay.map(ms),
+                max_delivery_attempts: change.max_delivery_attempts,
+            },
+            lo,
+        );
+        if let Some(d) = change.default_message_delay {
+            self.default_delay = ms(d);
+        }
+        if let Some((count, _)) = change.gate {
+            self.settings.consumers_before_dispatch = count;
+        }
+        rt.block_on(written.wait())
+            .map_err(|e| broken(format!("settings change not stored: {e}")))?;
+        let _entered = rt.enter();
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    /// A consumer with explicit credit, picked by `consumer`.
+    fn explicit(&self, consumer: u8) -> Option<usize> {
+        let explicit: Vec<usize> = (0..self.subs.len())
+            .filter(|&i| self.model.has_explicit_credit(self.subs[i].cid))
+            .collect();
+        (!explicit.is_empty()).then(|| explicit[consumer as usize % explicit.len()])
+    }
+
+    fn set_credit(&mut self, consumer: u8, credit: u32) -> Step {
+        let Some(at) = self.explicit(consumer) else {
+            return Ok(());
+        };
+        let cid = self.subs[at].cid;
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        self.model.set_credit(cid, credit);
+        let sub = &self.subs[at];
+        sub.subscription
+            .queue()
+            .set_credit(sub.subscription.consumer(), credit);
+        self.drain(lo)?;
+        Ok(())
+    }
+
+    /// AMQP drain on an idle queue: what the consumer may take now comes, the
+    /// rest of its credit is dropped.
+    fn drain_credit(&mut self, consumer: u8) -> Step {
+        let Some(at) = self.explicit(consumer) else {
+            return Ok(());
+        };
+        let cid = self.subs[at].cid;
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        let sub = &self.subs[at];
+        let dropped = sub.subscription.queue().drain(sub.subscription.consumer());
+        self.drain(lo)?;
+        self.trace(|| format!("  c{cid} drained, {dropped} credit dropped"));
+        self.model
+            .drained(cid, dropped, lo.saturating_sub(DRAIN_SLACK_MS), now_ms())?;
         Ok(())
     }
 
@@ -898,6 +1125,7 @@ fn message(id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         closes_group: op.closes_group,
         durable: op.durable,
         color: op.color,
+        priority: op.priority,
         due: op.delay_ms.map(|d| now + d),
         expires: op.ttl_ms.map(|t| now + t),
     };
@@ -911,7 +1139,18 @@ fn message(id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         durable: op.durable,
         priority: op.priority,
         timestamp: now,
-        properties: vec![(Arc::from("color"), Value::Int(op.color))].into(),
+        properties: std::iter::once((Arc::from("color"), Value::Int(op.color)))
+            .chain(op.delay_properties.iter().map(|p| {
+                let value = match p.value {
+                    DelayValue::Int(ms) => Value::Int(ms as i64),
+                    DelayValue::Text(ms) => Value::String(Arc::from(ms.to_string())),
+                    DelayValue::Junk => Value::String(Arc::from("soon")),
+                };
+                (Arc::from(DELAY_HEADERS[p.name as usize]), value)
+            }))
+            .collect::<Vec<_>>()
+            .into(),
+        may_carry_delay: !op.delay_properties.is_empty(),
         ..Message::default()
     };
     (sent, message)

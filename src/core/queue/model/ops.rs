@@ -6,6 +6,7 @@
 //! (one with operations removed) still means something.
 
 use super::reference::{ConsumerSpec, CreditKind};
+use crate::core::memory::AddressFullPolicy;
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -40,6 +41,37 @@ pub struct CaseSettings {
     /// messages (each about 400), one transaction may hold.
     pub max_transaction_ops: usize,
     pub max_transaction_bytes: usize,
+    /// Transactions open at once on the connection.
+    pub max_open_transactions: usize,
+    /// What a send meets while the queue's `max_size_bytes` is reached.
+    pub address_full_policy: AddressFullPolicy,
+    /// Zaqar's default delay of every send without one of its own.
+    pub default_message_delay: Duration,
+    /// The properties read as a delay, in milliseconds, in order of
+    /// precedence (a subset of [`DELAY_HEADERS`]).
+    pub delay_headers: Vec<&'static str>,
+}
+
+/// The property names a send may carry a delay in; which of them the queue
+/// reads is its `delay_headers`, the others are plain properties.
+pub const DELAY_HEADERS: [&str; 2] = ["x-delay", "wait"];
+
+/// A property a send carries that may or may not be read as a delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DelayProperty {
+    /// Index into [`DELAY_HEADERS`].
+    pub name: u8,
+    pub value: DelayValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DelayValue {
+    /// An integer property: milliseconds.
+    Int(u64),
+    /// A string property holding milliseconds.
+    Text(u64),
+    /// A string that is not a delay (`soon`): a plain property wherever it is.
+    Junk,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +85,8 @@ pub struct SendOp {
     pub priority: u8,
     pub durable: bool,
     pub color: i64,
+    /// Properties that may be read as a delay, first one first.
+    pub delay_properties: Vec<DelayProperty>,
 }
 
 /// How a consumer settles one of its deliveries.
@@ -111,11 +145,38 @@ pub enum Op {
     /// A local transaction through the core's transaction API, begun and
     /// ended within the operation.
     Txn(TxnOp),
+    /// Management changes other settings at run time (stored, so they outlive
+    /// a restart): each applies from the next message, delivery or settlement.
+    Reconfigure(Reconfig),
+    /// AMQP flow with an absolute link-credit.
+    SetCredit {
+        consumer: u8,
+        credit: u32,
+    },
+    /// AMQP drain: what is available now is delivered, the rest of the
+    /// credit is dropped.
+    Drain {
+        consumer: u8,
+    },
+}
+
+/// The settings one run-time change sets; `None` leaves one as it is.
+#[derive(Debug, Clone, Default)]
+pub struct Reconfig {
+    pub exclusive: Option<bool>,
+    /// `consumers_before_dispatch` and `delay_before_dispatch` together.
+    pub gate: Option<(u32, Option<Duration>)>,
+    pub redelivery_delay: Option<Duration>,
+    pub max_delivery_attempts: Option<u32>,
+    pub default_message_delay: Option<Duration>,
 }
 
 /// Sends and settlements held by one transaction, and how it ends.
 #[derive(Debug, Clone)]
 pub struct TxnOp {
+    /// Transactions the connection opens (and leaves open) before this one:
+    /// past `max_open_transactions` a begin is refused.
+    pub others_open: u8,
     pub sends: Vec<SendOp>,
     /// As in [`Op::Settle`]; a delivery picked twice is settled once.
     pub settles: Vec<TxnSettle>,
@@ -161,13 +222,21 @@ pub enum Family {
     Gates,
     /// Broker restarts, durable and non-durable messages.
     Restart,
+    /// Settings changed at run time, memory policies, default delays and
+    /// delay properties, set-credit and drain; paging all the time.
+    Settings,
     /// Every setting on and off, every operation.
     Everything,
 }
 
 impl Family {
     fn timing(self) -> bool {
-        matches!(self, Family::Timing | Family::Everything)
+        matches!(self, Family::Timing | Family::Settings | Family::Everything)
+    }
+
+    /// Run-time changes, memory policies and the AMQP credit operations.
+    fn settings(self) -> bool {
+        matches!(self, Family::Settings | Family::Everything)
     }
 
     fn restarts(self) -> bool {
@@ -179,13 +248,14 @@ impl Family {
 /// `Everything`), the others at their plainest.
 pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
     let all = family == Family::Everything;
-    let memory = if all || family == Family::Paging {
+    let paging = all || matches!(family, Family::Paging | Family::Settings);
+    let memory = if paging {
         (1usize..=8).boxed()
     } else {
         Just(10_000usize).boxed()
     };
     // `Everything` too: byte limits with every other feature on.
-    let max_size_bytes = if all || family == Family::Paging {
+    let max_size_bytes = if paging {
         prop_oneof![Just(None), (600u64..=4_000).prop_map(Some)].boxed()
     } else {
         Just(None).boxed()
@@ -243,6 +313,29 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
     } else {
         Just(false).boxed()
     };
+    let extra = if family.settings() {
+        (
+            1usize..=3,
+            prop_oneof![
+                2 => Just(AddressFullPolicy::Page),
+                1 => Just(AddressFullPolicy::Block),
+                2 => Just(AddressFullPolicy::Fail),
+                2 => Just(AddressFullPolicy::Drop),
+            ],
+            prop_oneof![
+                Just(Duration::ZERO),
+                (5u64..=30).prop_map(Duration::from_millis)
+            ],
+            prop_oneof![
+                Just(vec![]),
+                Just(vec![DELAY_HEADERS[0]]),
+                Just(vec![DELAY_HEADERS[1], DELAY_HEADERS[0]]),
+            ],
+        )
+            .boxed()
+    } else {
+        Just((64usize, AddressFullPolicy::Page, Duration::ZERO, vec![])).boxed()
+    };
     (
         (memory, max_size_bytes),
         exclusive,
@@ -254,6 +347,7 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
         durable,
         (prop::bool::weighted(0.2), any::<bool>()),
         (max_delay, txn_limits),
+        extra,
     )
         .prop_map(
             |(
@@ -267,9 +361,9 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                 durable,
                 (group_rebalance, group_rebalance_pause_dispatch),
                 ((max_message_delay, clamp_delays), (max_transaction_ops, max_transaction_bytes)),
+                (max_open_transactions, address_full_policy, default_message_delay, delay_headers),
             )| CaseSettings {
                 max_memory_messages,
-                max_size_bytes,
                 exclusive,
                 consumers_before_dispatch,
                 delay_before_dispatch: if consumers_before_dispatch == 0 {
@@ -289,9 +383,30 @@ pub fn settings(family: Family) -> BoxedStrategy<CaseSettings> {
                 clamp_delays,
                 max_transaction_ops,
                 max_transaction_bytes,
+                max_open_transactions,
+                // FAIL and DROP act only at a byte limit: give them one.
+                max_size_bytes: match address_full_policy {
+                    AddressFullPolicy::Page | AddressFullPolicy::Block => max_size_bytes,
+                    _ => max_size_bytes.or(Some(1_500)),
+                },
+                address_full_policy,
+                default_message_delay,
+                delay_headers,
             },
         )
         .boxed()
+}
+
+fn delay_property() -> impl Strategy<Value = DelayProperty> {
+    (
+        0..DELAY_HEADERS.len() as u8,
+        prop_oneof![
+            (0u64..=40).prop_map(DelayValue::Int),
+            (0u64..=40).prop_map(DelayValue::Text),
+            Just(DelayValue::Junk),
+        ],
+    )
+        .prop_map(|(name, value)| DelayProperty { name, value })
 }
 
 fn send(timing: bool) -> impl Strategy<Value = SendOp> {
@@ -302,6 +417,15 @@ fn send(timing: bool) -> impl Strategy<Value = SendOp> {
             Just(None).boxed()
         }
     };
+    let delay_properties = if timing {
+        prop_oneof![
+            4 => Just(vec![]),
+            1 => prop::collection::vec(delay_property(), 1..=2),
+        ]
+        .boxed()
+    } else {
+        Just(vec![]).boxed()
+    };
     (
         prop::option::weighted(0.6, 0u8..3),
         prop::bool::weighted(0.1),
@@ -310,16 +434,29 @@ fn send(timing: bool) -> impl Strategy<Value = SendOp> {
         prop_oneof![3 => Just(4u8), 1 => 0u8..=9],
         any::<bool>(),
         0i64..3,
+        delay_properties,
     )
         .prop_map(
-            |(group, closes_group, delay_ms, ttl_ms, priority, durable, color)| SendOp {
+            |(
                 group,
-                closes_group: closes_group && group.is_some(),
+                closes_group,
                 delay_ms,
                 ttl_ms,
                 priority,
                 durable,
                 color,
+                delay_properties,
+            )| {
+                SendOp {
+                    group,
+                    closes_group: closes_group && group.is_some(),
+                    delay_ms,
+                    ttl_ms,
+                    priority,
+                    durable,
+                    color,
+                    delay_properties,
+                }
             },
         )
 }
@@ -365,15 +502,52 @@ fn txn(timing: bool) -> impl Strategy<Value = TxnOp> {
         1 => Just(TxnEnd::ConsumerLeavesThenCommit),
     ];
     (
+        prop_oneof![4 => Just(0u8), 1 => 1u8..=3],
         prop::collection::vec(send(timing), 0..=3),
         prop::collection::vec(settle, 0..=3),
         end,
     )
-        .prop_map(|(sends, settles, end)| TxnOp {
+        .prop_map(|(others_open, sends, settles, end)| TxnOp {
+            others_open,
             sends,
             settles,
             end,
         })
+}
+
+fn reconfig() -> impl Strategy<Value = Reconfig> {
+    let gate_delay = prop_oneof![
+        Just(None),
+        Just(Some(Duration::ZERO)),
+        (10u64..=30).prop_map(|ms| Some(Duration::from_millis(ms))),
+    ];
+    (
+        prop::option::weighted(0.4, any::<bool>()),
+        prop::option::weighted(0.3, (0u32..=2, gate_delay)),
+        prop::option::weighted(
+            0.3,
+            prop_oneof![Just(Duration::ZERO), Just(Duration::from_millis(10))],
+        ),
+        prop::option::weighted(0.3, prop_oneof![Just(0u32), 1u32..=3]),
+        prop::option::weighted(
+            0.3,
+            prop_oneof![
+                Just(Duration::ZERO),
+                (5u64..=30).prop_map(Duration::from_millis)
+            ],
+        ),
+    )
+        .prop_map(
+            |(exclusive, gate, redelivery_delay, max_delivery_attempts, default_message_delay)| {
+                Reconfig {
+                    exclusive,
+                    gate,
+                    redelivery_delay,
+                    max_delivery_attempts,
+                    default_message_delay,
+                }
+            },
+        )
 }
 
 pub fn op(family: Family) -> impl Strategy<Value = Op> {
@@ -436,6 +610,21 @@ pub fn op(family: Family) -> impl Strategy<Value = Op> {
             .boxed(),
     ));
     arms.push((4, txn(timing).prop_map(Op::Txn).boxed()));
+    if family.settings() {
+        arms.push((3, reconfig().prop_map(Op::Reconfigure).boxed()));
+        arms.push((
+            3,
+            (any::<u8>(), 0u32..=3)
+                .prop_map(|(consumer, credit)| Op::SetCredit { consumer, credit })
+                .boxed(),
+        ));
+        arms.push((
+            2,
+            any::<u8>()
+                .prop_map(|consumer| Op::Drain { consumer })
+                .boxed(),
+        ));
+    }
     prop::strategy::Union::new_weighted(arms)
 }
 

@@ -55,6 +55,11 @@ pub enum Invariant {
     DeliveryCount,
     /// Within a group, nothing newer while an older message is available or waiting.
     GroupOrder,
+    /// On an exclusive queue, ungrouped messages go out in queue order (by
+    /// priority, then arrival): one that came back, from a consumer that left
+    /// or settled it, goes before newer ones of its priority (and may go
+    /// before older ones still on disk).
+    QueueOrder,
     /// A grouped message goes only to its group's owner.
     GroupOwner,
     /// An idle queue leaves no consumer with credit beside a message it may take.
@@ -133,6 +138,15 @@ pub struct ModelSettings {
     pub group_rebalance_pause_dispatch: bool,
 }
 
+/// A run-time change of the settings the model keeps; `None` leaves one.
+#[derive(Debug, Clone, Default)]
+pub struct ModelChange {
+    pub exclusive: Option<bool>,
+    pub gate: Option<(u32, Option<Ms>)>,
+    pub redelivery_delay: Option<Ms>,
+    pub max_delivery_attempts: Option<u32>,
+}
+
 /// A message as sent.
 #[derive(Debug, Clone)]
 pub struct Sent {
@@ -142,6 +156,8 @@ pub struct Sent {
     pub durable: bool,
     /// The property selectors look at.
     pub color: i64,
+    /// 0-9, higher first among ungrouped messages.
+    pub priority: u8,
     pub due: Option<Ms>,
     pub expires: Option<Ms>,
 }
@@ -230,6 +246,9 @@ struct Msg {
     refused_by: BTreeSet<Cid>,
     place: Place,
     dead_seen: bool,
+    /// Delivered and given back (settled other than by an ack, or its
+    /// consumer left): it may go ahead of older messages on disk.
+    returned: bool,
 }
 
 impl Msg {
@@ -270,6 +289,10 @@ pub struct Model {
     /// The dispatch gate was opened by the consumer count (stays open until
     /// the queue has no consumers).
     gate_opened: bool,
+    /// A run-time change met a gate whose delay was up (or nearly): the
+    /// queue opens such a gate only when it next has something to dispatch,
+    /// so whether it is open is unknown until the queue has no consumers.
+    gate_unknown: bool,
     first_attach: Option<Ms>,
     event: u64,
     sends: u64,
@@ -286,6 +309,7 @@ impl Model {
             paused: HashMap::new(),
             exclusive: None,
             gate_opened: false,
+            gate_unknown: false,
             first_attach: None,
             event: 0,
             sends: 0,
@@ -367,6 +391,7 @@ impl Model {
             refused_last: None,
             refused_by: BTreeSet::new(),
             dead_seen: false,
+            returned: false,
         });
         self.msgs.len() - 1
     }
@@ -429,6 +454,92 @@ impl Model {
             (Some(first), Some(delay)) => Some(first + delay),
             _ => None,
         }
+    }
+
+    /// Management changed settings at `now` (read before the call); `None`
+    /// leaves one as it is. Exclusive on: the consumer the queue would move to
+    /// takes it; off: everyone receives. The gate: a queue that was
+    /// dispatching goes on; one that was waiting waits under the new rule,
+    /// and opens at once if enough consumers are attached.
+    pub fn reconfigure(&mut self, change: &ModelChange, now: Ms) {
+        let s = &mut self.settings;
+        if let Some(exclusive) = change.exclusive {
+            s.exclusive = exclusive;
+        }
+        if let Some(d) = change.redelivery_delay {
+            s.redelivery_delay = d;
+        }
+        if let Some(max) = change.max_delivery_attempts {
+            s.max_delivery_attempts = max;
+        }
+        let old_count = s.consumers_before_dispatch;
+        let old_opening = self.gate_opens_at();
+        let s = &mut self.settings;
+        if let Some((count, delay)) = change.gate {
+            s.consumers_before_dispatch = count;
+            s.delay_before_dispatch = delay;
+        }
+        self.exclusive = match self.settings.exclusive {
+            true => self.exclusive.or_else(|| self.first_active()),
+            false => None,
+        };
+        let active = self.active().count();
+        let count = self.settings.consumers_before_dispatch;
+        if active > 0 {
+            if change.gate.is_some() && old_opening.is_some_and(|at| at > 0 && at <= now + EPS) {
+                self.gate_unknown = true;
+            }
+            if old_count == 0 {
+                self.gate_opened = true;
+            }
+            if !self.gate_opened && count > 0 {
+                if active >= count as usize {
+                    self.gate_opened = true;
+                } else {
+                    self.first_attach = self.first_attach.or(Some(now));
+                }
+            }
+        }
+    }
+
+    /// The consumer an exclusive queue moves to: the highest priority, the
+    /// earliest of those.
+    fn first_active(&self) -> Option<Cid> {
+        self.active()
+            .max_by_key(|(_, c)| (c.spec.priority, std::cmp::Reverse(c.attached)))
+            .map(|(cid, _)| *cid)
+    }
+
+    /// AMQP flow with an absolute link-credit.
+    pub fn set_credit(&mut self, cid: Cid, n: u32) {
+        if let Some(c) = self.consumers.get_mut(&cid) {
+            c.credit = n;
+        }
+    }
+
+    /// `cid` drained (the queue had been idle since `idle_from`, up to `now`)
+    /// and `dropped` credit was left: nothing it may take can have been
+    /// available. Its credit is then zero.
+    pub fn drained(&mut self, cid: Cid, dropped: u32, idle_from: Ms, now: Ms) -> Check {
+        let credit = self.consumers.get(&cid).map_or(0, |c| c.credit);
+        if dropped != credit {
+            return fail(
+                Invariant::Credit,
+                format!("c{cid} drained {dropped} credit, but had {credit} left"),
+            );
+        }
+        if dropped > 0 {
+            if let Some(id) = self.takeable(cid, idle_from, now) {
+                return fail(
+                    Invariant::HeadOfLine,
+                    format!(
+                        "c{cid} drained {dropped} credit while m{id}, which it may take, waits"
+                    ),
+                );
+            }
+        }
+        self.set_credit(cid, 0);
+        Ok(())
     }
 
     pub fn has_explicit_credit(&self, cid: Cid) -> bool {
@@ -535,6 +646,7 @@ impl Model {
             );
         }
         match self.gate_opens_at() {
+            _ if self.gate_unknown => {}
             Some(at) if at <= span.hi + EPS => {}
             at => {
                 return fail(
@@ -583,6 +695,17 @@ impl Model {
                 );
             }
         }
+        if self.settings.exclusive && m.lane.is_none() {
+            if let Some(older) = self.passed_over(cid, id, span) {
+                return fail(
+                    Invariant::QueueOrder,
+                    format!(
+                        "m{id} (priority {}) delivered to the exclusive c{cid} while the older m{older} (priority {}) waits in the queue",
+                        m.sent.priority, self.msgs[older].sent.priority
+                    ),
+                );
+            }
+        }
         if m.count_known && count != m.count + 1 {
             return fail(
                 Invariant::DeliveryCount,
@@ -619,6 +742,41 @@ impl Model {
             c.credit -= 1;
         }
         Ok(())
+    }
+
+    /// An ungrouped message older than `id` (both sent without a delay) of at
+    /// least its priority that `cid` could have had instead all through
+    /// `span`. Messages that waited for a delay are left out: their timers
+    /// may fire late. So is a message that comes back (`id` returned): it
+    /// goes back into memory, ahead of older messages still paged out, as
+    /// Artemis puts a returned message back at the head of its queue.
+    fn passed_over(&self, cid: Cid, id: MsgId, span: Span) -> Option<MsgId> {
+        let m = &self.msgs[id];
+        let consumer = self.consumers.get(&cid)?;
+        m.arrival.order?;
+        if m.returned {
+            return None;
+        }
+        self.msgs.iter().enumerate().find_map(|(oid, o)| {
+            let waiting_in_queue = matches!(
+                o.place,
+                Place::Held {
+                    not_before: None,
+                    ..
+                }
+            );
+            let older = o.arrival.order.is_some() && o.arrival.before(&m.arrival);
+            let may_take = consumer.spec.selector.is_none_or(|s| s == o.sent.color)
+                && o.refused_last != Some(cid);
+            (oid != id
+                && o.lane.is_none()
+                && waiting_in_queue
+                && older
+                && o.sent.priority >= m.sent.priority
+                && o.surely_live(span.hi)
+                && may_take)
+                .then_some(oid)
+        })
     }
 
     fn browse(&mut self, cid: Cid, id: MsgId, span: Span) -> Check {
@@ -684,6 +842,7 @@ impl Model {
     /// `cid` settles `id` (which it holds); `now` is read before the call.
     pub fn settle(&mut self, cid: Cid, id: MsgId, how: Settle, now: Ms) {
         let since = self.tick();
+        self.msgs[id].returned |= how != Settle::Ack;
         if let Some(c) = self.consumers.get_mut(&cid) {
             if let CreditKind::Window(w) = c.spec.credit {
                 c.credit = (c.credit + 1).min(w);
@@ -741,6 +900,7 @@ impl Model {
         let max = self.settings.max_delivery_attempts;
         let delay = self.redelivery_delay(self.msgs[id].count);
         let m = &mut self.msgs[id];
+        m.returned = true;
         m.place = if max > 0 && m.count >= max {
             Place::DeadLettered
         } else {
@@ -774,13 +934,11 @@ impl Model {
             self.return_failed(id, now, since);
         }
         if self.exclusive == Some(cid) {
-            self.exclusive = self
-                .active()
-                .max_by_key(|(_, c)| (c.spec.priority, std::cmp::Reverse(c.attached)))
-                .map(|(cid, _)| *cid);
+            self.exclusive = self.first_active();
         }
         if self.active().count() == 0 {
             self.gate_opened = false;
+            self.gate_unknown = false;
             self.first_attach = None;
         }
     }
@@ -798,6 +956,7 @@ impl Model {
         self.paused.clear();
         self.exclusive = None;
         self.gate_opened = false;
+        self.gate_unknown = false;
         self.first_attach = None;
     }
 
@@ -871,11 +1030,35 @@ impl Model {
     }
 
     fn check_head_of_line(&self, idle_from: Ms, now: Ms) -> Check {
-        let gate_open = self
-            .gate_opens_at()
-            .is_some_and(|at| at == 0 || at + SLACK <= idle_from);
-        if !gate_open {
-            return Ok(());
+        for (cid, c) in self.active() {
+            if c.credit == 0 {
+                continue;
+            }
+            if let Some(id) = self.takeable(*cid, idle_from, now) {
+                let m = &self.msgs[id];
+                return fail(
+                    Invariant::HeadOfLine,
+                    format!(
+                        "idle queue: c{cid} has credit {} and may take m{id} (lane {:?}), but nothing came",
+                        c.credit, m.lane
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A message `cid` could take, given credit, from a queue idle since
+    /// `idle_from` (up to `now`): the gate open, the message at the head of
+    /// its lane and surely available, for `cid` by every rule.
+    fn takeable(&self, cid: Cid, idle_from: Ms, now: Ms) -> Option<MsgId> {
+        let c = self.consumers.get(&cid).filter(|c| !c.spec.browser)?;
+        let gate_open = !self.gate_unknown
+            && self
+                .gate_opens_at()
+                .is_some_and(|at| at == 0 || at + SLACK <= idle_from);
+        if !gate_open || (self.settings.exclusive && self.exclusive != Some(cid)) {
+            return None;
         }
         // Each lane offers its oldest message still in the queue; a lane
         // whose oldest is waiting (or whose order is unclear) offers nothing.
@@ -906,30 +1089,15 @@ impl Model {
                 offered.push(*oldest);
             }
         }
-        for (cid, c) in self.active() {
-            if c.credit == 0 || (self.settings.exclusive && self.exclusive != Some(*cid)) {
-                continue;
-            }
-            for id in &offered {
-                let m = &self.msgs[*id];
-                let takes = self.surely_available(m, idle_from, now)
-                    && c.spec.selector.is_none_or(|s| s == m.sent.color)
-                    && !m.refused_by.contains(cid)
-                    && m.lane.as_ref().is_none_or(|l| {
-                        !self.lane_paused(l) && self.owners.get(l).is_none_or(|o| o == cid)
-                    });
-                if takes {
-                    return fail(
-                        Invariant::HeadOfLine,
-                        format!(
-                            "idle queue: c{cid} has credit {} and may take m{id} (lane {:?}), but nothing came",
-                            c.credit, m.lane
-                        ),
-                    );
-                }
-            }
-        }
-        Ok(())
+        offered.into_iter().find(|id| {
+            let m = &self.msgs[*id];
+            self.surely_available(m, idle_from, now)
+                && c.spec.selector.is_none_or(|s| s == m.sent.color)
+                && !m.refused_by.contains(&cid)
+                && m.lane.as_ref().is_none_or(|l| {
+                    !self.lane_paused(l) && self.owners.get(l).is_none_or(|o| *o == cid)
+                })
+        })
     }
 
     fn check_browsers(&self, now: Ms) -> Check {
