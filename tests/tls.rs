@@ -1,7 +1,7 @@
 //! TLS over real sockets: STOMP and AMQP on TLS listeners, AMQP's TLS upgrade on a plain
 //! port, SASL EXTERNAL and STOMP logins by client certificate, client certificates that
 //! are missing, untrusted or expired, passwords kept to TLS, a certificate reload on SIGHUP
-//! and a start stopped by a bad file. Every certificate is made here, with rcgen.
+//! and on file change, and a start stopped by a bad file. Every certificate is made here, with rcgen.
 
 mod common;
 
@@ -268,6 +268,14 @@ impl Broker {
         let pid = libc::pid_t::try_from(self.child.id()).unwrap();
         // SAFETY: signals our own child process, which we have not reaped yet.
         unsafe { libc::kill(pid, libc::SIGHUP) };
+    }
+
+    fn error_lines(&self) -> Vec<String> {
+        self.log_text()
+            .lines()
+            .filter(|l| l.contains("ERROR"))
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Waits for a log line containing `text` (the broker logs asynchronously).
@@ -682,12 +690,68 @@ fn sighup_reloads_the_certificate_and_a_bad_file_keeps_the_old_one() {
     broker.wait_for_log("keeping the previous certificate");
     let third = tls_connect(broker.stomp_tls, pki.client(None)).unwrap();
     assert_eq!(served_cn(&third), "weir-two");
-    let errors: Vec<_> = broker
-        .log_text()
-        .lines()
-        .filter(|l| l.contains("ERROR"))
-        .map(str::to_owned)
-        .collect();
+    // The file watcher may have reported the bad file before the signal did.
+    let errors = broker.error_lines();
+    assert!(!errors.is_empty(), "{errors:?}");
+    assert!(
+        errors.iter().all(|e| e.contains("server.pem")),
+        "{errors:?}"
+    );
+}
+
+/// The TLS handshake on `addr` as soon as it listens; the name its certificate shows.
+fn served_cn_at(addr: SocketAddr, pki: &Pki) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match tls_connect(addr, pki.client(None)) {
+            Ok(tls) => return served_cn(&tls),
+            Err(e) if Instant::now() > deadline => panic!("no TLS on {addr}: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+#[test]
+fn changed_certificate_files_reach_every_tls_listener_without_a_signal() {
+    let pki = Pki::new();
+    let websocket: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let broker = Broker::start(&format!(
+        "{USERS}{}[http]\ntls = true\n[websocket]\nbind = \"{websocket}\"\ntls = true\n",
+        pki.tls_section("none")
+    ));
+    // STOMP, AMQP, both protocols, the management API and WebSocket.
+    let listeners = [
+        broker.stomp_tls,
+        broker.amqps,
+        broker.both_tls,
+        broker.http,
+        websocket,
+    ];
+    for addr in listeners {
+        assert_eq!(served_cn_at(addr, &pki), "weir-one", "{addr}");
+    }
+    let login = [("login", "alice"), ("passcode", "wonderland")];
+    let mut open = stomp_tls(&broker, pki.client(None), &login);
+    assert_eq!(open.connected.command, "CONNECTED", "{:?}", open.connected);
+
+    pki.install_server(&pki.server_ca.server("weir-two"));
+    broker.wait_for_log("TLS certificates reloaded (the certificate files changed)");
+    for addr in listeners {
+        assert_eq!(served_cn_at(addr, &pki), "weir-two", "{addr}");
+    }
+
+    std::fs::write(pki.path("server.pem"), "not a certificate").unwrap();
+    broker.wait_for_log("keeping the previous certificate");
+    for addr in listeners {
+        assert_eq!(served_cn_at(addr, &pki), "weir-two", "{addr}");
+    }
+    // The connection made before both changes still works.
+    open.send_receipted("reload.open", "still here", &[], "r1");
+    open.subscribe("1", "reload.open", "auto");
+    assert_eq!(open.recv().expect("MESSAGE").body_text(), "still here");
+    // The bad file is reported once, not at every check.
+    std::thread::sleep(Duration::from_secs(5));
+    let errors = broker.error_lines();
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert!(errors[0].contains("server.pem"), "{errors:?}");
 }

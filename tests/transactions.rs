@@ -11,7 +11,7 @@ use fe2o3_amqp::transaction::{
 };
 use fe2o3_amqp::types::definitions::SenderSettleMode;
 use fe2o3_amqp::types::messaging::{
-    AmqpValue, ApplicationProperties, Body, Message, Outcome, Rejected,
+    AmqpValue, ApplicationProperties, Body, Message, Outcome, Properties, Rejected, Target,
 };
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
@@ -19,6 +19,8 @@ use std::time::Duration;
 
 /// Delays longer than a second are refused.
 const SHORT_DELAYS: &str = "[queue_defaults]\nmax_message_delay = \"1s\"\n";
+/// Clients may have made two queues (anonymous clients count together).
+const TWO_QUEUES: &str = "[limits]\nmax_queues_per_user = 2\n";
 const QUIET: Duration = Duration::from_millis(500);
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -185,6 +187,42 @@ fn stomp_each_limit_fails_with_an_error_naming_it() {
     assert!(f.body_text().contains("max_open_transactions"), "{f:?}");
 }
 
+#[test]
+fn stomp_queues_made_at_commit_count_against_the_queue_limit() {
+    let (_dir, broker) = start(TWO_QUEUES);
+    let mut c = broker.client();
+    c.send_receipted("/queue/made.a", "outside", &[], "p");
+    // Two new queues where one place is left: refused whole.
+    c.send_frame("BEGIN", &[("transaction", "t")], b"");
+    for (dest, body) in [("made.a", "m1"), ("made.b", "m2"), ("made.c", "m3")] {
+        c.send(&format!("/queue/{dest}"), body, &[("transaction", "t")]);
+    }
+    c.send_frame("COMMIT", &[("transaction", "t"), ("receipt", "c")], b"");
+    let f = expect_error_for(&mut c, "c");
+    let message = f.header("message").unwrap_or_default();
+    assert!(message.contains("rolled back"), "{message}");
+    assert!(message.contains("max_queues_per_user"), "{message}");
+    assert_eq!(drain(&broker, "/queue/made.a"), ["outside"]);
+    // Nothing was made: one new queue still fits, and then counts.
+    let mut c = broker.client();
+    c.send_frame("BEGIN", &[("transaction", "t1")], b"");
+    c.send("/queue/made.b", "m4", &[("transaction", "t1")]);
+    c.send_frame("COMMIT", &[("transaction", "t1"), ("receipt", "c1")], b"");
+    let f = c.recv().expect("a frame");
+    assert_eq!(f.command, "RECEIPT", "{f:?}");
+    c.send_frame("BEGIN", &[("transaction", "t2")], b"");
+    c.send("/queue/made.c", "m5", &[("transaction", "t2")]);
+    c.send_frame("COMMIT", &[("transaction", "t2"), ("receipt", "c2")], b"");
+    let f = expect_error_for(&mut c, "c2");
+    assert!(
+        f.header("message")
+            .unwrap_or_default()
+            .contains("max_queues_per_user"),
+        "{f:?}"
+    );
+    assert_eq!(drain(&broker, "/queue/made.b"), ["m4"]);
+}
+
 // ---- AMQP -------------------------------------------------------------------------
 
 struct Amqp {
@@ -343,4 +381,46 @@ async fn amqp_limits_fail_with_errors_naming_them() {
         amqp_drain(&mut c, "amqp.limits").await,
         Vec::<String>::new()
     );
+}
+
+#[tokio::test]
+async fn amqp_queues_made_at_commit_count_against_the_queue_limit() {
+    let (_dir, broker) = start(TWO_QUEUES);
+    let mut c = connect(&broker).await;
+    // The anonymous relay: each message names its queue, made when the send takes effect.
+    let mut relay = Sender::builder()
+        .name("relay")
+        .target(Target::builder().build())
+        .sender_settle_mode(SenderSettleMode::Unsettled)
+        .attach(&mut c.session)
+        .await
+        .expect("the relay attaches");
+    let to = |address: &str, body: &str| {
+        Message::builder()
+            .properties(Properties::builder().to(address).build())
+            .value(body.to_owned())
+            .build()
+    };
+    // A fresh controller after the refused discharge: on the same one, fe2o3's next
+    // declare came back with the answer meant for something else ("unknown transaction").
+    let first = Controller::attach(&mut c.session, "c1").await.unwrap();
+    let txn = Transaction::declare(&first, None).await.unwrap();
+    for (address, body) in [("made.a", "m1"), ("made.b", "m2"), ("made.c", "m3")] {
+        let outcome = txn.post(&mut relay, to(address, body)).await.unwrap();
+        assert!(matches!(outcome, Outcome::Accepted(_)), "{outcome:?}");
+    }
+    let description = rollback_of(txn.commit().await);
+    assert!(description.contains("max_queues_per_user"), "{description}");
+    // Nothing was made: two new queues fit, and then count.
+    let second = Controller::attach(&mut c.session, "c2").await.unwrap();
+    let txn = Transaction::declare(&second, None).await.unwrap();
+    txn.post(&mut relay, to("made.a", "m4")).await.unwrap();
+    txn.post(&mut relay, to("made.b", "m5")).await.unwrap();
+    txn.commit().await.expect("committed");
+    let txn = Transaction::declare(&second, None).await.unwrap();
+    txn.post(&mut relay, to("made.c", "m6")).await.unwrap();
+    let description = rollback_of(txn.commit().await);
+    assert!(description.contains("max_queues_per_user"), "{description}");
+    assert_eq!(amqp_drain(&mut c, "made.a").await, ["m4"]);
+    assert_eq!(amqp_drain(&mut c, "made.b").await, ["m5"]);
 }

@@ -228,7 +228,7 @@ pub struct Access {
 }
 
 /// The `[tls]` section: the broker's identity and how clients prove theirs. The files are
-/// read when the server starts and again on SIGHUP, not with the config.
+/// read when the server starts and again when they change or on SIGHUP, not with the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tls {
     /// PEM: the broker's certificate, then any intermediates.

@@ -19,6 +19,7 @@ use super::memory::AddressFullPolicy;
 use super::message::Message;
 use super::queue::Queue;
 use super::receipt::Receipt;
+use super::security::{Principal, QueueSlot};
 use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -267,8 +268,14 @@ impl<K: Hash + Eq> Transactions<K> {
     /// Ends a transaction by applying all of it. The receipt resolves when
     /// every durable send is on disk and every acknowledgement's delete is
     /// done. On an error nothing was applied and the held deliveries went
-    /// back for redelivery, as on [`Transactions::rollback`].
-    pub fn commit<Q>(&mut self, broker: &Broker, id: &Q) -> Result<Receipt, TransactionError>
+    /// back for redelivery, as on [`Transactions::rollback`]. The queues the
+    /// transaction creates count against `who`'s queue limit.
+    pub fn commit<Q>(
+        &mut self,
+        broker: &Broker,
+        id: &Q,
+        who: &Principal,
+    ) -> Result<Receipt, TransactionError>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
@@ -276,6 +283,15 @@ impl<K: Hash + Eq> Transactions<K> {
         let mut txn = self.open.remove(id).ok_or(TransactionError::Unknown)?;
         if let Err(e) = still_valid(&txn) {
             txn.doom(e);
+        }
+        let mut created = Vec::new();
+        if txn.doomed.is_none() {
+            match claim_created(broker, &txn, who) {
+                Ok(claimed) => created = claimed,
+                Err(e) => {
+                    txn.doom(e.into());
+                }
+            }
         }
         if let Some(e) = txn.doomed.take() {
             txn.roll_back();
@@ -316,7 +332,7 @@ impl<K: Hash + Eq> Transactions<K> {
                     Ok(false) => continue,
                     _ => broker.publish_checked(&queue, send.message),
                 },
-                Checked::Create => match broker.queue_or_create(&send.message.address, true) {
+                Checked::Create => match create(broker, &send.message.address, &mut created) {
                     Ok(queue) => broker.publish_checked(&queue, send.message),
                     Err(e) => {
                         // Checked at send time; settings do not change.
@@ -408,6 +424,50 @@ fn check_send(
             Ok(Checked::Topic)
         }
     }
+}
+
+/// A queue a commit creates, and its place in its creator's queue limit.
+type Claimed = (Arc<str>, Option<QueueSlot>);
+
+/// A place in `who`'s queue limit for each queue the transaction creates (each
+/// address once; `None` for a user without a limit), all or none: taken before
+/// anything is applied, so a transaction over the limit changes nothing.
+fn claim_created(
+    broker: &Broker,
+    txn: &Transaction,
+    who: &Principal,
+) -> Result<Vec<Claimed>, CoreError> {
+    let mut claimed: Vec<Claimed> = Vec::new();
+    for send in &txn.sends {
+        let address = &send.message.address;
+        if !matches!(send.to, Checked::Create)
+            || claimed.iter().any(|(name, _)| **name == **address)
+            || broker.queue(address).is_some()
+        {
+            continue;
+        }
+        // On an error the places claimed so far are given back as they drop.
+        claimed.push((address.clone(), who.claim_queue()?));
+    }
+    Ok(claimed)
+}
+
+/// The queue a committed send creates, owned by the place claimed for it.
+fn create(
+    broker: &Broker,
+    address: &str,
+    claimed: &mut [Claimed],
+) -> Result<Arc<Queue>, CoreError> {
+    let queue = broker.queue_or_create(address, true)?;
+    let slot = claimed
+        .iter_mut()
+        .find(|(name, _)| **name == *address)
+        .and_then(|(_, slot)| slot.take());
+    // A queue someone else created meanwhile keeps its owner; the place drops.
+    if let Some(slot) = slot {
+        queue.set_owner(slot);
+    }
+    Ok(queue)
 }
 
 /// What may have changed since the operations were added.

@@ -98,6 +98,10 @@ impl Early {
             .map(TlsContext::load)
             .transpose()?
             .map(Arc::new);
+        if let Some(context) = &tls {
+            // Ends when the context is dropped, with the server.
+            tokio::spawn(tls::watch(Arc::downgrade(context)));
+        }
         let http = match config.http() {
             Some(settings) => Some(HttpListener::start(*settings, tls.clone()).await?),
             None => None,
@@ -432,13 +436,7 @@ impl Server {
             tracing::info!("no [tls] section: nothing to reload");
             return;
         };
-        match tls.reload() {
-            Ok(()) => tracing::info!(
-                cert = %tls.settings().cert_file.display(),
-                "TLS certificates reloaded; new connections use them"
-            ),
-            Err(e) => tracing::error!("{e}; keeping the previous certificate"),
-        }
+        tls.reload_logged("SIGHUP");
     }
 
     /// Stops accepting, tells every connection to close (each says goodbye in its

@@ -87,7 +87,11 @@ async fn commit_applies_sends_and_acks_together() {
         broker.queue("out").is_none(),
         "nothing happens before commit"
     );
-    txns.commit(&broker, "t").unwrap().wait().await.unwrap();
+    txns.commit(&broker, "t", &Principal::unrestricted())
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     let (_out, mut out_rx) = consumer(&broker, "out");
     assert_eq!(bodies(&drain(&mut out_rx)), ["reply"]);
     drop(sub);
@@ -122,7 +126,7 @@ async fn a_refused_send_dooms_the_whole_transaction() {
         later,
         Err(TransactionError::Core(CoreError::DelayTooLong { .. }))
     ));
-    let committed = txns.commit(&broker, "t");
+    let committed = txns.commit(&broker, "t", &Principal::unrestricted());
     assert!(matches!(
         committed,
         Err(TransactionError::Core(CoreError::DelayTooLong { .. }))
@@ -155,7 +159,9 @@ async fn an_unknown_destination_dooms_it_and_a_rollback_creates_no_queue() {
         refused,
         Err(TransactionError::Core(CoreError::NotFound(_)))
     ));
-    assert!(txns.commit(&broker, "t").is_err());
+    assert!(txns
+        .commit(&broker, "t", &Principal::unrestricted())
+        .is_err());
     assert_eq!(broker.queue("known").unwrap().stats().ready, 0);
 
     let dir = tempfile::tempdir().unwrap();
@@ -179,7 +185,7 @@ async fn an_ack_no_longer_outstanding_at_commit_dooms_it() {
         .unwrap();
     // Its consumer leaves: the delivery goes back to the queue.
     drop(sub);
-    let committed = txns.commit(&broker, "t");
+    let committed = txns.commit(&broker, "t", &Principal::unrestricted());
     assert!(matches!(
         committed,
         Err(TransactionError::Core(CoreError::UnknownDelivery(_)))
@@ -199,7 +205,7 @@ async fn a_refusal_from_the_protocol_dooms_it_too() {
     let why: Box<dyn std::error::Error + Send + Sync> = "no such message id".into();
     txns.refuse("t", TransactionError::Protocol(Arc::from(why)))
         .unwrap();
-    let committed = txns.commit(&broker, "t");
+    let committed = txns.commit(&broker, "t", &Principal::unrestricted());
     assert_eq!(committed.err().unwrap().to_string(), "no such message id");
     assert!(broker.queue("q").is_none());
     assert!(matches!(
@@ -226,7 +232,10 @@ async fn each_limit_dooms_with_an_error_naming_its_setting() {
     }
     let over = txns.send(&broker, "ops", msg("q", "3"), anycast());
     assert!(matches!(over, Err(TransactionError::TooManyOps { max: 3 })));
-    let e = txns.commit(&broker, "ops").err().unwrap();
+    let e = txns
+        .commit(&broker, "ops", &Principal::unrestricted())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("max_transaction_ops"), "{e}");
 
     txns.begin("bytes").unwrap();
@@ -237,7 +246,10 @@ async fn each_limit_dooms_with_an_error_naming_its_setting() {
     txns.send(&broker, "bytes", big.clone(), anycast()).unwrap();
     let over = txns.send(&broker, "bytes", big, anycast());
     assert!(matches!(over, Err(TransactionError::TooManyBytes { .. })));
-    let e = txns.commit(&broker, "bytes").err().unwrap();
+    let e = txns
+        .commit(&broker, "bytes", &Principal::unrestricted())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("max_transaction_bytes"), "{e}");
 
     txns.begin("a").unwrap();
@@ -277,7 +289,9 @@ async fn settlements_count_towards_the_operation_limit() {
         results[2],
         Err(TransactionError::TooManyOps { max: 2 })
     ));
-    assert!(txns.commit(&broker, "t").is_err());
+    assert!(txns
+        .commit(&broker, "t", &Principal::unrestricted())
+        .is_err());
     // Every one of them, even the one over the limit, comes back.
     assert_eq!(bodies(&drain(&mut rx)).len(), 3);
 }
@@ -323,8 +337,71 @@ async fn topics_and_known_queues_are_committed_too() {
     txns.send(&broker, "t", msg("direct", "d"), Target::Queue(queue))
         .unwrap();
     assert!(drain(&mut topic_rx).is_empty());
-    txns.commit(&broker, "t").unwrap().wait().await.unwrap();
+    txns.commit(&broker, "t", &Principal::unrestricted())
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
     assert_eq!(bodies(&drain(&mut topic_rx)), ["n"]);
     let (_d, mut direct) = consumer(&broker, "direct");
     assert_eq!(bodies(&drain(&mut direct)), ["d"]);
+}
+
+#[tokio::test]
+async fn queues_created_at_commit_count_against_the_queue_limit() {
+    use crate::core::security::{Authorizer, Permissions, RoleSet};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = open(dir.path(), settings());
+    // Two queues per user, no permissions.
+    let authorizer = Arc::new(Authorizer::new(
+        Permissions::default(),
+        HashMap::new(),
+        RoleSet::default(),
+        2,
+    ));
+    let alice = Principal::new(&authorizer, Some("alice"), None, None);
+    let (_sub, mut rx, d) = delivered(&broker, "in", "held");
+    let mut txns = Transactions::new(TransactionLimits::default());
+    // Two sends to one new queue take one place.
+    txns.begin("one").unwrap();
+    txns.send(&broker, "one", msg("a", "1"), anycast()).unwrap();
+    txns.send(&broker, "one", msg("a", "2"), anycast()).unwrap();
+    txns.commit(&broker, "one", &alice)
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    // Two more new queues do not fit: none is created, nothing is sent or settled.
+    txns.begin("t").unwrap();
+    txns.send(&broker, "t", msg("b", "3"), anycast()).unwrap();
+    txns.send(&broker, "t", msg("a", "4"), anycast()).unwrap();
+    txns.send(&broker, "t", msg("c", "5"), anycast()).unwrap();
+    txns.settle("t", &d.queue, d.consumer, d.seq, Settlement::Ack)
+        .unwrap();
+    let committed = txns.commit(&broker, "t", &alice);
+    assert!(
+        matches!(
+            committed,
+            Err(TransactionError::Core(CoreError::QueueLimit(_)))
+        ),
+        "{:?}",
+        committed.err()
+    );
+    assert!(broker.queue("b").is_none() && broker.queue("c").is_none());
+    let (_a, mut a_rx) = consumer(&broker, "a");
+    assert_eq!(bodies(&drain(&mut a_rx)), ["1", "2"]);
+    assert_eq!(bodies(&drain(&mut rx)), ["held"], "the ack was rolled back");
+    // The refused commit gave back the place it took for "b": one more still fits,
+    // and the queue made counts.
+    txns.begin("two").unwrap();
+    txns.send(&broker, "two", msg("b", "6"), anycast()).unwrap();
+    assert!(txns.commit(&broker, "two", &alice).is_ok());
+    assert!(alice.claim_queue().is_err(), "two queues made, two allowed");
+    broker
+        .delete_queue_as("b", &Principal::unrestricted())
+        .unwrap();
+    assert!(
+        alice.claim_queue().is_ok(),
+        "a deleted queue frees its place"
+    );
 }

@@ -196,7 +196,7 @@ impl Session {
             }
             Command::Commit => {
                 let tx = required(&frame, "transaction")?;
-                match self.transactions.commit(&self.broker, tx) {
+                match self.transactions.commit(&self.broker, tx, &self.principal) {
                     Ok(done) => self.receipt_after(receipt, done),
                     Err(e @ TransactionError::Unknown) => {
                         return Err(SessionError::Transaction(tx.to_owned(), e))

@@ -1,5 +1,6 @@
 //! TLS for the listeners: the broker's identity from `[tls]`, client certificates checked
-//! against `ca_file`, and a reload on SIGHUP that new connections pick up.
+//! against `ca_file`, and a reload (on SIGHUP, or when the files change) that new
+//! connections on every TLS listener pick up.
 //!
 //! The `rustls` configuration is built whole from the files and swapped in one step, so a
 //! connection sees either the old certificate or the new one; a reload that fails keeps
@@ -7,12 +8,14 @@
 
 mod identity;
 mod rewind;
+mod watch;
 
 pub use identity::certified_user;
 pub use rewind::Rewind;
+pub use watch::watch;
 
 use crate::config::{ClientAuth, Tls};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -21,6 +24,7 @@ use rustls::{RootCertStore, ServerConfig};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
+use watch::Stamp;
 
 /// Why the TLS identity could not be loaded; each names the file at fault.
 #[derive(Debug, thiserror::Error)]
@@ -51,23 +55,53 @@ pub enum TlsError {
 pub struct TlsContext {
     settings: Tls,
     current: RwLock<Arc<ServerConfig>>,
+    /// The files as they were when last read, whether or not that load worked; held
+    /// through a reload, so a signal and the watcher never read the files at once.
+    attempted: Mutex<Stamp>,
 }
 
 impl TlsContext {
     /// Reads the files; any problem stops here, naming the file.
     pub fn load(settings: &Tls) -> Result<Self, TlsError> {
+        let stamp = stamp(settings);
         Ok(TlsContext {
             current: RwLock::new(Arc::new(server_config(settings)?)),
             settings: settings.clone(),
+            attempted: Mutex::new(stamp),
         })
     }
 
     /// Reads the files again; on success new handshakes use them, on failure the previous
     /// identity stays.
     pub fn reload(&self) -> Result<(), TlsError> {
+        let mut attempted = self.attempted.lock();
+        // Taken before reading: a change made meanwhile is seen by the next poll.
+        *attempted = self.stamp();
         let fresh = Arc::new(server_config(&self.settings)?);
         *self.current.write() = fresh;
         Ok(())
+    }
+
+    /// Reloads, saying in the log why and how it went: one info line, or one error line
+    /// naming the file at fault.
+    pub fn reload_logged(&self, cause: &str) {
+        match self.reload() {
+            Ok(()) => tracing::info!(
+                cert = %self.settings.cert_file.display(),
+                "TLS certificates reloaded ({cause}); new connections use them"
+            ),
+            Err(e) => tracing::error!("{e} ({cause}); keeping the previous certificate"),
+        }
+    }
+
+    /// The files' metadata now.
+    fn stamp(&self) -> Stamp {
+        stamp(&self.settings)
+    }
+
+    /// Whether the files were last read when they looked like `stamp`.
+    fn attempted(&self, stamp: &Stamp) -> bool {
+        *self.attempted.lock() == *stamp
     }
 
     /// For one handshake: the configuration current now.
@@ -78,6 +112,16 @@ impl TlsContext {
     pub fn settings(&self) -> &Tls {
         &self.settings
     }
+}
+
+fn stamp(settings: &Tls) -> Stamp {
+    let files = [&settings.cert_file, &settings.key_file];
+    Stamp::of(
+        files
+            .into_iter()
+            .chain(&settings.ca_file)
+            .map(PathBuf::as_path),
+    )
 }
 
 /// ring, explicitly: rustls picks no process-wide default when more than one provider is

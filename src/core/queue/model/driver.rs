@@ -619,7 +619,8 @@ impl Driver {
         let applied = if op.end == TxnEnd::Rollback {
             txns.rollback(&TXN).map(|()| false)
         } else {
-            txns.commit(&self.core().broker, &TXN).map(|_| true)
+            let who = crate::core::security::Principal::unrestricted();
+            txns.commit(&self.core().broker, &TXN, &who).map(|_| true)
         };
         let hi = now_ms();
         let committed = match (applied, op.end) {

@@ -289,6 +289,16 @@ fn array_body<'a>(cx: &Ctx<'a>, i: &'a [u8], wide: bool, depth: usize) -> PResul
         Some(t) => t,
         None => return fail(AmqpCodecError::UnknownConstructor(c)),
     };
+    // Null elements take no bytes: counted as one each, so that a count is bounded by
+    // the bytes that carry it and an array decodes the same whatever its descriptor's
+    // encoding (the fuzzer found four nulls accepted after a two-byte descriptor and
+    // refused after the one-byte one they re-encode with).
+    if count > body.len() {
+        return fail(AmqpCodecError::CountTooLarge {
+            count,
+            size: body.len(),
+        });
+    }
     let mut items = Vec::with_capacity(count.min(RESERVE_ELEMENTS));
     for _ in 0..count {
         let (rest, v) = self::body(cx, body, c, depth + 1)?;

@@ -294,3 +294,14 @@ proptest! {
         let _ = Value::decode_exact(&Bytes::from(b));
     }
 }
+
+#[test]
+fn an_array_of_nulls_is_bounded_by_its_bytes_whatever_its_descriptor() {
+    // Found by fuzz/amqp_decode: four described nulls, descriptor 0 as a smallulong.
+    assert!(dec(&[0xe0, 0x05, 0x04, 0x00, 0x53, 0x00, 0x40]).is_err());
+    assert!(dec(&[0xe0, 0x04, 0x04, 0x00, 0x44, 0x40]).is_err());
+    // No bytes follow null elements: only an empty array of nulls decodes, and re-encodes.
+    assert!(dec(&[0xe0, 0x04, 0x01, 0x00, 0x44, 0x40]).is_err());
+    let empty = dec(&[0xe0, 0x02, 0x00, 0x40]).unwrap();
+    assert!(dec(&empty.to_bytes()).is_ok(), "{empty:?}");
+}

@@ -260,7 +260,7 @@ impl Session {
         if matches!(link.route, Route::Coordinator) {
             // A discharge commits what came before it, batched sends included.
             self.flush_sends(&env.broker, out, waits);
-            return self.coordinate(&env.broker, txns, waits, arrived, view);
+            return self.coordinate(env, txns, waits, arrived, view);
         }
         let (address, dest) = match link.route.dest(&env.broker, &env.principal) {
             Err(e) => return Some(core_rejection(&e)),
@@ -287,8 +287,12 @@ impl Session {
                     // address the link sends to lately.
                     let who = &env.principal;
                     let allowed = env.broker.may_send(&node.name, node.routing, who);
-                    // A queue made by the first message counts against its user's limit.
+                    // A queue made by the first message counts against its user's limit;
+                    // in a transaction it is made, and counted, at commit (a rollback
+                    // leaves none behind).
+                    let made_at_commit = txn.is_some() && node.routing == RoutingType::Anycast;
                     let opened = allowed.and_then(|()| match node.routing {
+                        RoutingType::Anycast if made_at_commit => Ok(()),
                         RoutingType::Anycast => env.broker.open_queue(&node.name, who).map(drop),
                         RoutingType::Multicast => Ok(()),
                     });
@@ -305,7 +309,11 @@ impl Session {
                             outcome: Some(Box::new(rejection)),
                         });
                     }
-                    link.relay_allowed.insert(node.name.clone(), node.routing);
+                    // Not remembered while the queue may not exist: a later send outside
+                    // the transaction must still make (and count) it.
+                    if !made_at_commit {
+                        link.relay_allowed.insert(node.name.clone(), node.routing);
+                    }
                 }
                 (node.name, Dest::Routed(node.routing))
             }
@@ -411,7 +419,7 @@ impl Session {
     /// A message to the transaction coordinator: declare or discharge.
     fn coordinate(
         &mut self,
-        broker: &Broker,
+        env: &Env,
         txns: &mut Txns,
         waits: &mut Waits,
         arrived: &Arrived,
@@ -438,7 +446,8 @@ impl Session {
         let id = &discharge.txn_id;
         let committed = match discharge.fail {
             true => txns.open.rollback(id).map(|()| Receipt::ready()),
-            false => txns.open.commit(broker, id),
+            // Queues the transaction creates count against the user's limit.
+            false => txns.open.commit(&env.broker, id, &env.principal),
         };
         match committed {
             Err(TransactionError::Unknown) => Some(rejected(
