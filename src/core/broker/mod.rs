@@ -5,8 +5,8 @@ mod publish;
 mod recover;
 mod subscriptions;
 
-use subscriptions::Topic;
 pub(super) use publish::{address_full, admit};
+use subscriptions::Topic;
 pub use subscriptions::{Subscription, TemporaryQueue};
 
 use super::consumer::ConsumerId;
