@@ -43,9 +43,11 @@ impl AfterUnlock {
 impl Queue {
     pub(super) fn finish(self: &Arc<Self>, mut after: AfterUnlock) {
         after.released.clear();
-        let runtime = tokio::runtime::Handle::try_current().ok();
+        // Looked up only when something is to be spawned: the handle is a
+        // shared counter, touched by every thread that would clone it.
+        let runtime = || tokio::runtime::Handle::try_current().ok();
         if after.watch_held {
-            match &runtime {
+            match runtime() {
                 Some(handle) => {
                     handle.spawn(self.clone().watch_held());
                 }
@@ -59,7 +61,7 @@ impl Queue {
                 sink.wake();
             }
         }
-        if let (Some(at), Some(handle)) = (after.dispatch_at, &runtime) {
+        if let Some((at, handle)) = after.dispatch_at.and_then(|at| Some((at, runtime()?))) {
             let me = self.clone();
             handle.spawn(async move {
                 tokio::time::sleep_until(at.into()).await;
@@ -68,7 +70,7 @@ impl Queue {
         }
         if let Some(at) = after.redeliver_at {
             let me = self.clone();
-            match &runtime {
+            match runtime() {
                 Some(handle) => {
                     let wait = Duration::from_millis(at.saturating_sub(now_ms()));
                     handle.spawn(async move {
@@ -81,7 +83,7 @@ impl Queue {
             }
         }
         if let Some(at) = after.expire_heads_at {
-            match &runtime {
+            match runtime() {
                 Some(handle) => {
                     let me = self.clone();
                     let wait = Duration::from_millis(at.saturating_sub(now_ms()));
@@ -101,7 +103,7 @@ impl Queue {
                 }
             }
         }
-        if let (true, Some(handle)) = (after.retry_page_in, &runtime) {
+        if let Some(handle) = after.retry_page_in.then(runtime).flatten() {
             let me = self.clone();
             handle.spawn(async move {
                 tokio::time::sleep(Duration::from_millis(2)).await;

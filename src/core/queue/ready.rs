@@ -99,7 +99,6 @@ pub struct ReadySet {
     /// in neither head set, so nobody takes a newer message of the group.
     held: FastMap<Arc<str>, u32>,
     len: usize,
-    bytes: usize,
 }
 
 impl ReadySet {
@@ -116,15 +115,9 @@ impl ReadySet {
         self.lanes.contains_key(lane)
     }
 
-    /// Approximate memory held by waiting messages.
-    pub fn weight(&self) -> usize {
-        self.bytes
-    }
-
     /// Adds a message; `owner` is the current owner of its lane, if any.
     pub fn push(&mut self, entry: Entry, owner: Option<ConsumerId>) {
         self.len += 1;
-        self.bytes += entry.message.weight();
         let Some(lane) = entry.lane.clone() else {
             self.ungrouped.insert(key_of(&entry), entry);
             return;
@@ -241,7 +234,6 @@ impl ReadySet {
             }
         };
         self.len -= 1;
-        self.bytes = self.bytes.saturating_sub(entry.message.weight());
         Some(entry)
     }
 
@@ -275,7 +267,6 @@ impl ReadySet {
             }
         };
         self.len -= 1;
-        self.bytes = self.bytes.saturating_sub(entry.message.weight());
         Some(entry)
     }
 
@@ -370,7 +361,6 @@ impl ReadySet {
             while entries.front().is_some_and(expired) {
                 if let Some(entry) = entries.pop_front() {
                     self.len -= 1;
-                    self.bytes = self.bytes.saturating_sub(entry.message.weight());
                     dropped.push(entry);
                 }
             }
@@ -397,7 +387,6 @@ impl ReadySet {
         self.owned_heads.clear();
         self.held.clear();
         self.len = 0;
-        self.bytes = 0;
         out
     }
 
