@@ -17,7 +17,7 @@ pub const MAX_READ_BATCH: usize = 256;
 /// others run. Yielding after every full batch instead cost a fast producer a
 /// tenth of its throughput: each yield is a trip through the I/O driver (an
 /// `epoll_wait`), every 256 cheap frames.
-const SLICE: Duration = Duration::from_millis(2);
+const SLICE: Duration = Duration::from_micros(500);
 
 /// A connection's time on the worker while its read buffer stays full.
 #[derive(Debug, Default)]
@@ -66,12 +66,11 @@ mod tests {
     #[test]
     fn a_slice_is_spent_after_its_time_and_starts_over_when_drained() {
         let start = Instant::now();
-        let ms = Duration::from_millis;
         let mut slice = TimeSlice::default();
         assert!(!slice.full_batch(start));
-        assert!(!slice.full_batch(start + ms(1)));
+        assert!(!slice.full_batch(start + SLICE / 2));
         assert!(slice.full_batch(start + SLICE), "spent");
-        assert!(!slice.full_batch(start + SLICE + ms(1)), "a new slice");
+        assert!(!slice.full_batch(start + SLICE + SLICE / 2), "a new slice");
         slice.drained();
         assert!(!slice.full_batch(start + SLICE * 3), "drained: a new slice");
         assert!(slice.full_batch(start + SLICE * 4));
