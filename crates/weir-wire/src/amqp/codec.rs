@@ -123,6 +123,7 @@ pub enum Outbound {
 }
 
 /// Decodes one frame whose complete bytes (header included) are `frame`.
+#[inline]
 pub fn decode_frame(frame: Bytes) -> Result<Inbound> {
     let size = frame.len() as u32;
     if frame.len() < FRAME_HEADER {
@@ -305,6 +306,7 @@ impl Decoder for AmqpFrameCodec {
     type Item = Inbound;
     type Error = AmqpCodecError;
 
+    #[inline]
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Inbound>> {
         let prefix = &src[..src.len().min(4)];
         let is_header = prefix == &b"AMQP"[..prefix.len()];
@@ -350,6 +352,7 @@ impl Decoder for AmqpFrameCodec {
 impl Encoder<Outbound> for AmqpFrameCodec {
     type Error = AmqpCodecError;
 
+    #[inline]
     fn encode(&mut self, item: Outbound, dst: &mut BytesMut) -> Result<()> {
         match item {
             Outbound::Header(h) => dst.extend_from_slice(&h.to_bytes()),

@@ -390,6 +390,7 @@ impl Performative {
 
     /// Decodes a performative from the front of `buf`, advancing it past the performative
     /// (for a transfer, what remains is the message payload).
+    #[inline]
     pub fn decode(buf: &mut Bytes) -> Result<Self> {
         // Read where it lies and then advanced past: no reference count up and down
         // per frame for a clone or a split of the buffer.

@@ -14,6 +14,7 @@ use super::types::{code, Ctx};
 
 /// The transfer at the front of `i` and the bytes it takes, when it has the
 /// usual shape; `None` otherwise (including every malformed input).
+#[inline]
 pub(super) fn decode(cx: &Ctx<'_>, i: &[u8]) -> Option<(Transfer, usize)> {
     let [code::DESCRIBED, code::SMALLULONG, 0x14, code::LIST8, size, count, ..] = *i else {
         return None;

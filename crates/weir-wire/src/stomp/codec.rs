@@ -155,6 +155,7 @@ impl StompCodec {
         self.version.escapes_headers() && command.escapes_headers()
     }
 
+    #[inline]
     fn decode_next(&mut self, src: &mut BytesMut) -> Result<Option<Inbound>, StompError> {
         loop {
             match self.state {
@@ -491,6 +492,7 @@ impl Decoder for StompCodec {
     type Item = Inbound;
     type Error = StompError;
 
+    #[inline]
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Inbound>, StompError> {
         let decoded = self.decode_next(src);
         if decoded.is_err() {
