@@ -9,6 +9,8 @@
 //! [`Env`] to read, and the frames going out, the consumer map, the transactions, the
 //! waits or the pending acks to change.
 
+mod driven;
+
 use bytes::Bytes;
 
 use super::env::Env;
@@ -19,26 +21,25 @@ pub use super::options::{AmqpOptions, ContainerRegistry};
 use super::outgoing::Outgoing;
 use super::session::{CoreDrain, Session, SessionError};
 use super::txn::Txns;
-use super::waits::{oldest_written, Settled, Waits};
+use super::waits::{Settled, Waits};
 use crate::core::connections::Descriptor;
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
 use crate::core::message::now_ms;
-use crate::core::queue::{producers_may_go, PendingAcks, Queue};
+use crate::core::queue::{PendingAcks, Queue};
 use crate::core::security::audit::{self, LoginOutcome};
 use crate::core::security::Principal;
 use crate::core::{Broker, CoreError};
 use crate::protocol::admission::Ticket;
-use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound, Outbound};
+use crate::protocol::amqp::wire::codec::{AmqpFrame, AmqpFrameCodec, Frame, Inbound};
 use crate::protocol::amqp::wire::definitions::AmqpError;
 use crate::protocol::amqp::wire::error::{condition, AmqpCodecError};
 use crate::protocol::amqp::wire::performatives::{Close, Open, Performative};
 use crate::protocol::amqp::wire::types::{Symbol, Value};
-use crate::protocol::driver::{self, ClientFaults, Ending, Io, ReadItem, Timing};
+use crate::protocol::driver::{self, ClientFaults, Ending, Io, Timing};
 use crate::protocol::Peer;
-use futures_util::{FutureExt, SinkExt, StreamExt};
-use std::ops::ControlFlow;
+use futures_util::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -678,161 +679,6 @@ impl Connection {
         for (_, mut session) in self.sessions.drain() {
             session.release_all(&mut self.consumers);
             tokio::task::yield_now().await;
-        }
-    }
-}
-
-/// What the connection waited for beside the socket.
-enum Waited {
-    /// The oldest waiting disk write is done (or failed).
-    Written(Result<(), CoreError>),
-    /// A transfer's disk write or transaction is done.
-    Settled(Settled),
-    /// The queue that withheld credit from this connection's producers lets them go.
-    ProducersMayGo,
-}
-
-impl<S> driver::Connection<S> for Connection
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
-{
-    type Codec = AmqpFrameCodec;
-    type Stop = Stop;
-    type Waited = Waited;
-
-    fn start_reads(&mut self) {
-        // Once per wake-up, not per frame: expiry needs no finer clock.
-        self.env.read_at_ms = now_ms();
-    }
-
-    fn read(
-        &mut self,
-        deliveries: &mut Deliveries,
-        item: ReadItem<AmqpFrameCodec>,
-    ) -> ControlFlow<Stop> {
-        match self.inbound(deliveries, item) {
-            Ok(false) => ControlFlow::Continue(()),
-            Ok(true) => ControlFlow::Break(Stop::Closed),
-            Err(e) => ControlFlow::Break(Stop::Failed(e)),
-        }
-    }
-
-    /// Publishes what the batch's transfers brought, so one flush answers them all (a
-    /// disposition per transfer would otherwise be a write each).
-    fn end_reads(&mut self) {
-        self.flush_sends();
-    }
-
-    async fn after_reads(&mut self, _io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
-        Ok(())
-    }
-
-    async fn deliver(
-        &mut self,
-        io: &mut Io<S, AmqpFrameCodec>,
-        first: Delivery,
-    ) -> Result<(), Stop> {
-        self.deliver(first);
-        // Take what else is ready so one flush carries a batch.
-        for _ in 0..DELIVERY_BATCH {
-            match io.deliveries.try_recv() {
-                Ok(d) => self.deliver(d),
-                Err(_) => break,
-            }
-        }
-        self.complete_drains(&mut io.deliveries);
-        Ok(())
-    }
-
-    fn pending_acks(&mut self) -> &mut PendingAcks {
-        &mut self.pending_acks
-    }
-
-    fn waiting(&self) -> bool {
-        !self.waits.written.is_empty()
-            || !self.waits.waiting.is_empty()
-            || self.withheld_by.is_some()
-    }
-
-    async fn wait(&mut self) -> Waited {
-        let waits = &mut self.waits;
-        tokio::select! {
-            result = oldest_written(&mut waits.written), if !waits.written.is_empty() => {
-                Waited::Written(result)
-            }
-            Some(settled) = waits.waiting.next(), if !waits.waiting.is_empty() => {
-                Waited::Settled(settled)
-            }
-            () = producers_may_go(&self.withheld_by), if self.withheld_by.is_some() => {
-                Waited::ProducersMayGo
-            }
-            // Not polled while there is nothing to wait for (see `waiting`).
-            else => std::future::pending().await,
-        }
-    }
-
-    async fn waited(
-        &mut self,
-        _io: &mut Io<S, AmqpFrameCodec>,
-        waited: Waited,
-    ) -> Result<(), Stop> {
-        match waited {
-            Waited::Written(result) => {
-                self.written(result);
-                // The rest of a group commit is answered already: one flush for all.
-                for _ in 0..1024 {
-                    match self.waits.answered() {
-                        Some(result) => self.written(result),
-                        None => break,
-                    }
-                }
-            }
-            Waited::Settled(settled) => {
-                self.settled(settled);
-                // One disk write completes a whole window of transfers at once: answer
-                // them all with one flush (ranged dispositions), not a write each.
-                for _ in 0..1024 {
-                    match self.waits.waiting.next().now_or_never() {
-                        Some(Some(settled)) => self.settled(settled),
-                        _ => break,
-                    }
-                }
-            }
-            Waited::ProducersMayGo => {
-                self.withheld_by = None;
-                for session in self.sessions.values_mut() {
-                    session.regrant(&self.env.broker, &mut self.out, self.env.link_credit);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    async fn heartbeat(&mut self, io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
-        // Frames about to go out do as well.
-        if self.out.is_empty() {
-            io.framed.send(Outbound::Heartbeat).await?;
-            io.last_write = Instant::now();
-        }
-        Ok(())
-    }
-
-    async fn flush(&mut self, io: &mut Io<S, AmqpFrameCodec>) -> Result<(), Stop> {
-        if !self.out.is_empty() {
-            Connection::flush(self, io).await?;
-        }
-        Ok(())
-    }
-
-    /// Pre-settled deliveries count as consumed once written: one ack for the batch.
-    /// A link whose credit was withheld in this wake-up makes the connection wait for
-    /// its queue to let producers go.
-    fn end_wake(&mut self) {
-        if !self.pending_acks.is_empty() {
-            self.pending_acks.try_apply();
-        }
-        if self.withheld_by.is_none() {
-            self.withheld_by = self.sessions.values().find_map(Session::withheld_queue);
         }
     }
 }
