@@ -191,20 +191,21 @@ where
     let mut partial = PartialFrame::default();
     let mut slice = TimeSlice::default();
     loop {
+        // Frames remain buffered, which Tokio's budget does not count: once the slice
+        // is spent the others run first, after this wake-up's answers (credit,
+        // receipts) are out, so the peer is not kept waiting for them meanwhile.
+        let mut slice_spent = false;
         let step = tokio::select! {
             item = io.framed.next(), if conn.reading() => {
                 io.last_read = Instant::now();
                 match read_batch(io, conn, item) {
                     ControlFlow::Continue(full) => {
-                        let answered = conn.after_reads(io).await;
                         if !full {
                             slice.drained();
-                        } else if slice.full_batch(io.last_read) {
-                            // Frames remain buffered, which Tokio's budget does not
-                            // count: let the other connections run first.
-                            tokio::task::yield_now().await;
+                        } else {
+                            slice_spent = slice.full_batch(io.last_read);
                         }
-                        answered
+                        conn.after_reads(io).await
                     }
                     ControlFlow::Break(stop) => {
                         // Answers for the frames before the one that stopped still go out.
@@ -255,6 +256,9 @@ where
             return Ending::Stopped(stop);
         }
         conn.end_wake();
+        if slice_spent {
+            tokio::task::yield_now().await;
+        }
     }
 }
 
