@@ -21,6 +21,19 @@ use std::time::Duration;
 const SHORT_DELAYS: &str = "[queue_defaults]\nmax_message_delay = \"1s\"\n";
 /// Clients may have made two queues (anonymous clients count together).
 const TWO_QUEUES: &str = "[limits]\nmax_queues_per_user = 2\n";
+/// Topics under `full.` refuse new messages once a subscriber queue holds
+/// 16 KiB; under `drops.` such a subscriber's copy is dropped.
+const FULL_TOPICS: &str = r#"
+[address_settings."full.#"]
+max_size_bytes = "16KiB"
+address_full_policy = "FAIL"
+
+[address_settings."drops.#"]
+max_size_bytes = "16KiB"
+address_full_policy = "DROP"
+"#;
+/// A body that fills a 16 KiB queue on its own.
+const FILLER: usize = 20 * 1024;
 const QUIET: Duration = Duration::from_millis(500);
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -223,6 +236,57 @@ fn stomp_queues_made_at_commit_count_against_the_queue_limit() {
     assert_eq!(drain(&broker, "/queue/made.b"), ["m4"]);
 }
 
+#[test]
+fn stomp_a_topic_send_to_a_full_fail_subscriber_rolls_back_every_send() {
+    let (_dir, broker) = start(FULL_TOPICS);
+    let mut held = broker.client();
+    held.subscribe("s", "/topic/full.news", "client-individual");
+    let mut producer = broker.client();
+    producer.send_receipted("/topic/full.news", &"x".repeat(FILLER), &[], "p");
+    // Delivered, never acknowledged: the subscriber's queue stays full.
+    assert_eq!(held.recv().expect("MESSAGE").command, "MESSAGE");
+    let mut c = broker.client();
+    c.send_frame("BEGIN", &[("transaction", "t")], b"");
+    c.send("/queue/side", "m1", &[("transaction", "t")]);
+    c.send("/topic/full.news", "m2", &[("transaction", "t")]);
+    c.send_frame("COMMIT", &[("transaction", "t"), ("receipt", "c")], b"");
+    let f = expect_error_for(&mut c, "c");
+    let message = f.header("message").unwrap_or_default();
+    assert!(message.contains("rolled back"), "{message}");
+    assert!(message.contains("max_size_bytes"), "{message}");
+    assert!(
+        held.recv_timeout(QUIET).is_none(),
+        "the topic send was not applied"
+    );
+    assert_eq!(drain(&broker, "/queue/side"), Vec::<String>::new());
+}
+
+#[test]
+fn stomp_a_full_drop_subscriber_loses_only_its_copy_of_a_committed_topic_send() {
+    let (_dir, broker) = start(FULL_TOPICS);
+    let mut held = broker.client();
+    held.subscribe("s", "/topic/drops.news", "client-individual");
+    let mut taker = broker.client();
+    taker.subscribe("s", "/topic/drops.news", "auto");
+    let mut producer = broker.client();
+    producer.send_receipted("/topic/drops.news", &"x".repeat(FILLER), &[], "p");
+    assert_eq!(held.recv().expect("MESSAGE").command, "MESSAGE");
+    assert_eq!(taker.recv().expect("MESSAGE").command, "MESSAGE");
+    let mut c = broker.client();
+    c.send_frame("BEGIN", &[("transaction", "t")], b"");
+    c.send("/queue/side", "m1", &[("transaction", "t")]);
+    c.send("/topic/drops.news", "m2", &[("transaction", "t")]);
+    c.send_frame("COMMIT", &[("transaction", "t"), ("receipt", "c")], b"");
+    let r = c.recv().expect("RECEIPT");
+    assert_eq!(r.command, "RECEIPT", "{r:?}");
+    assert_eq!(taker.recv().expect("MESSAGE").body_text(), "m2");
+    assert!(
+        held.recv_timeout(QUIET).is_none(),
+        "dropped for the full one"
+    );
+    assert_eq!(drain(&broker, "/queue/side"), ["m1"]);
+}
+
 // ---- AMQP -------------------------------------------------------------------------
 
 struct Amqp {
@@ -423,4 +487,45 @@ async fn amqp_queues_made_at_commit_count_against_the_queue_limit() {
     assert!(description.contains("max_queues_per_user"), "{description}");
     assert_eq!(amqp_drain(&mut c, "made.a").await, ["m4"]);
     assert_eq!(amqp_drain(&mut c, "made.b").await, ["m5"]);
+}
+
+#[tokio::test]
+async fn amqp_a_topic_subscriber_full_at_discharge_rolls_back_every_send() {
+    let (_dir, broker) = start(FULL_TOPICS);
+    let mut c = connect(&broker).await;
+    let mut held = Receiver::attach(&mut c.session, "held", "topic://full.amqp")
+        .await
+        .expect("receiver attaches");
+    let controller = Controller::attach(&mut c.session, "controller")
+        .await
+        .unwrap();
+    let mut side = sender(&mut c, "side.amqp").await;
+    let mut topic = Sender::builder()
+        .name("topic")
+        .target("topic://full.amqp")
+        .sender_settle_mode(SenderSettleMode::Unsettled)
+        .attach(&mut c.session)
+        .await
+        .expect("sender attaches");
+    let txn = Transaction::declare(&controller, None).await.unwrap();
+    let posted = txn.post(&mut side, message("m1", None)).await.unwrap();
+    assert!(matches!(posted, Outcome::Accepted(_)), "{posted:?}");
+    let posted = txn.post(&mut topic, message("m2", None)).await.unwrap();
+    assert!(matches!(posted, Outcome::Accepted(_)), "{posted:?}");
+    // The subscriber's queue fills after the send was added, before the discharge.
+    let filler = topic
+        .send(message(&"x".repeat(FILLER), None))
+        .await
+        .unwrap();
+    assert!(matches!(filler, Outcome::Accepted(_)), "{filler:?}");
+    let first = tokio::time::timeout(WAIT, held.recv::<Body<Value>>())
+        .await
+        .expect("the filler arrives")
+        .unwrap();
+    assert_eq!(text(&first).len(), FILLER);
+    let description = rollback_of(txn.commit().await);
+    assert!(description.contains("max_size_bytes"), "{description}");
+    let more = tokio::time::timeout(QUIET, held.recv::<Body<Value>>()).await;
+    assert!(more.is_err(), "the topic send was not applied: {more:?}");
+    assert_eq!(amqp_drain(&mut c, "side.amqp").await, Vec::<String>::new());
 }

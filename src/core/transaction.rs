@@ -8,9 +8,10 @@
 //! is kept: the commit then fails with it and nothing of the transaction
 //! takes effect. At commit what can have changed since (a settlement's
 //! delivery taken back when its consumer left, a queue deleted or become a
-//! full FAIL queue) is checked again before anything is applied. A send that
-//! finds its DROP queue full as the commit applies it is dropped, as outside
-//! a transaction.
+//! full FAIL queue, a topic gained a full FAIL subscriber queue) is checked
+//! again before anything is applied. A send that finds its DROP queue (or a
+//! topic subscriber's DROP queue) full as the commit applies it is dropped
+//! there, as outside a transaction.
 
 use super::broker::{address_full, admit, validate_name, Broker, RoutingType};
 use super::consumer::{ConsumerId, Release};
@@ -281,7 +282,7 @@ impl<K: Hash + Eq> Transactions<K> {
         Q: Hash + Eq + ?Sized,
     {
         let mut txn = self.open.remove(id).ok_or(TransactionError::Unknown)?;
-        if let Err(e) = still_valid(&txn) {
+        if let Err(e) = still_valid(broker, &txn) {
             txn.doom(e);
         }
         let mut created = Vec::new();
@@ -421,6 +422,7 @@ fn check_send(
         Target::Routed(RoutingType::Multicast) => {
             validate_name(&message.address)?;
             broker.resolve_delay(message, &broker.settings_for(&message.address))?;
+            broker.refuse_when_a_subscriber_fails(&message.address)?;
             Ok(Checked::Topic)
         }
     }
@@ -471,18 +473,22 @@ fn create(
 }
 
 /// What may have changed since the operations were added.
-fn still_valid(txn: &Transaction) -> Result<(), TransactionError> {
+fn still_valid(broker: &Broker, txn: &Transaction) -> Result<(), TransactionError> {
     for s in &txn.settlements {
         if !s.queue.is_outstanding(s.consumer, s.seq) {
             return Err(CoreError::UnknownDelivery(s.seq).into());
         }
     }
     for send in &txn.sends {
-        if let Checked::Queue(queue) = &send.to {
-            if queue.is_deleted() {
-                return Err(CoreError::NotFound(queue.name().to_string()).into());
+        match &send.to {
+            Checked::Queue(queue) => {
+                if queue.is_deleted() {
+                    return Err(CoreError::NotFound(queue.name().to_string()).into());
+                }
+                refuse_when_full(queue)?;
             }
-            refuse_when_full(queue)?;
+            Checked::Topic => broker.refuse_when_a_subscriber_fails(&send.message.address)?,
+            Checked::Create => {}
         }
     }
     Ok(())

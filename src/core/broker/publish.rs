@@ -57,8 +57,12 @@ impl Broker {
     }
 
     /// A topic send is refused whole when one of its subscriber queues is a
-    /// full FAIL queue (Artemis fails the send to the address).
-    fn refuse_when_a_subscriber_fails(&self, topic: &str) -> Result<(), CoreError> {
+    /// full FAIL queue (Artemis fails the send to the address). A transaction
+    /// checks it when the send is added and again at commit.
+    pub(in crate::core) fn refuse_when_a_subscriber_fails(
+        &self,
+        topic: &str,
+    ) -> Result<(), CoreError> {
         let Some(topic) = self.inner.topics.get(topic).map(|t| t.clone()) else {
             return Ok(());
         };

@@ -182,11 +182,13 @@ impl Queue {
         if !st.backlog.is_empty() {
             self.refill(st, after);
         }
-        if (st.ready.is_empty() && st.backlog.is_empty()) || st.consumers.active() == 0 {
+        let active = st.consumers.active();
+        // The gate before the messages: a gate whose delay ran out opens when
+        // its timer looks, whether or not anything waits (it stays open then).
+        if active == 0 || !st.gate.allows(&st.settings, active) {
             return;
         }
-        let active = st.consumers.active();
-        if !st.gate.allows(&st.settings, active) {
+        if st.ready.is_empty() && st.backlog.is_empty() {
             return;
         }
         // Read the clock only for a message that can expire: most cannot, and

@@ -89,20 +89,19 @@ impl DispatchGate {
         self.paused
     }
 
-    /// Whether dispatch may run with `consumers` attached.
+    /// Whether dispatch may run with `consumers` attached. A pause does not
+    /// stop the gate from opening (by the count or the delay) meanwhile.
     pub fn allows(&mut self, settings: &QueueSettings, consumers: usize) -> bool {
-        if self.paused {
-            return false;
+        if !self.open && settings.consumers_before_dispatch != 0 {
+            self.open = consumers >= settings.consumers_before_dispatch as usize
+                || match (dispatch_delay(settings), self.first_at) {
+                    (Some(delay), Some(first)) => {
+                        delay.is_zero() || Instant::now() >= first + delay
+                    }
+                    _ => false,
+                };
         }
-        if self.open || settings.consumers_before_dispatch == 0 {
-            return true;
-        }
-        self.open = consumers >= settings.consumers_before_dispatch as usize
-            || match (dispatch_delay(settings), self.first_at) {
-                (Some(delay), Some(first)) => delay.is_zero() || Instant::now() >= first + delay,
-                _ => false,
-            };
-        self.open
+        !self.paused && (self.open || settings.consumers_before_dispatch == 0)
     }
 
     /// [`DispatchGate::allows`] without opening it (a look from the publish path).
@@ -159,6 +158,22 @@ mod tests {
         assert!(!gate.is_open(&s));
         gate.pause(false);
         assert!(gate.allows(&s, 3));
+    }
+
+    #[test]
+    fn a_delay_runs_out_while_paused_and_the_gate_is_open_on_resume() {
+        let s = settings(3, Some(Duration::from_millis(10)));
+        let mut gate = DispatchGate::default();
+        gate.consumer_added(&s, 1, Instant::now());
+        gate.pause(true);
+        std::thread::sleep(Duration::from_millis(20));
+        // The timer looks while paused: nothing goes, but the gate opens.
+        assert!(!gate.allows(&s, 1));
+        gate.pause(false);
+        // A stricter rule now does not close it again.
+        let stricter = settings(3, None);
+        assert_eq!(gate.reconfigured(&s, &stricter, 1, Instant::now()), None);
+        assert!(gate.is_open(&stricter));
     }
 
     #[test]

@@ -210,6 +210,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_gate_whose_delay_ran_out_on_an_empty_queue_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = QueueSettings {
+            consumers_before_dispatch: 2,
+            delay_before_dispatch: Some(Duration::from_millis(20)),
+            ..small(1000)
+        };
+        let broker = open(dir.path(), settings);
+        let (_a, mut arx) = consumer(&broker, 100);
+        // The delay runs out with nothing to dispatch: its timer opens the gate.
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        // On a loaded machine both timers may fall due in one turn: let the
+        // gate's run before looking.
+        tokio::task::yield_now().await;
+        // So the queue is dispatching, and a rule that would wait without a
+        // time limit does not stop it.
+        change(&broker, |s| s.delay_before_dispatch = Some(None))
+            .await
+            .unwrap();
+        send(&broker, "m", None);
+        assert_eq!(bodies(&mut arx, 1).await, ["m"]);
+    }
+
+    #[tokio::test]
     async fn group_buckets_change_only_on_an_idle_queue() {
         let dir = tempfile::tempdir().unwrap();
         let broker = open(dir.path(), small(1000));

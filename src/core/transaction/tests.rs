@@ -405,3 +405,115 @@ async fn queues_created_at_commit_count_against_the_queue_limit() {
         "a deleted queue frees its place"
     );
 }
+
+/// A broker whose every queue, topic subscribers' too, is full from its first
+/// message on, with `policy`.
+fn tiny_queues(dir: &std::path::Path, policy: AddressFullPolicy) -> Broker {
+    open(
+        dir,
+        QueueSettings {
+            max_size_bytes: Some(1),
+            address_full_policy: policy,
+            ..settings()
+        },
+    )
+}
+
+fn topic_consumer(broker: &Broker, topic: &str) -> (Subscription, Deliveries) {
+    let (tx, rx) = deliveries::channel();
+    let options = ConsumerOptions {
+        credit: CreditMode::Window(100),
+        ..Default::default()
+    };
+    let sub = broker
+        .subscribe(topic, RoutingType::Multicast, options, tx)
+        .unwrap();
+    (sub, rx)
+}
+
+fn multicast() -> Target {
+    Target::Routed(RoutingType::Multicast)
+}
+
+#[tokio::test]
+async fn a_full_fail_subscriber_refuses_a_topic_send_when_it_is_added() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = tiny_queues(dir.path(), AddressFullPolicy::Fail);
+    let (_sub, mut rx) = topic_consumer(&broker, "news");
+    // Delivered and not settled: it still fills the subscriber's queue.
+    let _ = broker.publish(msg("news", "first"), RoutingType::Multicast);
+    assert_eq!(bodies(&drain(&mut rx)), ["first"]);
+    let mut txns = Transactions::new(TransactionLimits::default());
+    txns.begin("t").unwrap();
+    txns.send(&broker, "t", msg("q", "m1"), anycast()).unwrap();
+    let refused = txns.send(&broker, "t", msg("news", "m2"), multicast());
+    assert!(
+        matches!(
+            refused,
+            Err(TransactionError::Core(CoreError::AddressFull { .. }))
+        ),
+        "{refused:?}"
+    );
+    let committed = txns.commit(&broker, "t", &Principal::unrestricted());
+    assert!(matches!(
+        committed,
+        Err(TransactionError::Core(CoreError::AddressFull { .. }))
+    ));
+    assert!(drain(&mut rx).is_empty(), "nothing reached the topic");
+    assert!(broker.queue("q").is_none(), "nothing reached the queue");
+}
+
+#[tokio::test]
+async fn a_subscriber_that_fills_before_the_commit_refuses_all_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = tiny_queues(dir.path(), AddressFullPolicy::Fail);
+    let (_sub, mut rx) = topic_consumer(&broker, "news");
+    let queue = broker.queue_or_create("direct", true).unwrap();
+    let mut txns = Transactions::new(TransactionLimits::default());
+    txns.begin("t").unwrap();
+    txns.send(&broker, "t", msg("direct", "d"), Target::Queue(queue))
+        .unwrap();
+    txns.send(&broker, "t", msg("news", "n"), multicast())
+        .unwrap();
+    let _ = broker.publish(msg("news", "outside"), RoutingType::Multicast);
+    let committed = txns.commit(&broker, "t", &Principal::unrestricted());
+    assert!(
+        matches!(
+            committed,
+            Err(TransactionError::Core(CoreError::AddressFull { .. }))
+        ),
+        "{:?}",
+        committed.map(|_| ())
+    );
+    assert_eq!(bodies(&drain(&mut rx)), ["outside"]);
+    let (_d, mut direct) = consumer(&broker, "direct");
+    assert!(
+        drain(&mut direct).is_empty(),
+        "the queue send was not applied"
+    );
+}
+
+#[tokio::test]
+async fn a_full_drop_subscriber_drops_its_copy_of_a_committed_topic_send() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = tiny_queues(dir.path(), AddressFullPolicy::Drop);
+    let (_full, mut full_rx) = topic_consumer(&broker, "news");
+    let (_settled, mut settled_rx) = topic_consumer(&broker, "news");
+    let _ = broker.publish(msg("news", "first"), RoutingType::Multicast);
+    let first = drain(&mut full_rx).pop().expect("delivered");
+    // One subscriber settles its copy: its queue has room again.
+    let d = drain(&mut settled_rx).pop().expect("delivered");
+    d.queue.ack(d.consumer, &[d.seq]).unwrap();
+    let mut txns = Transactions::new(TransactionLimits::default());
+    txns.begin("t").unwrap();
+    txns.send(&broker, "t", msg("news", "n"), multicast())
+        .unwrap();
+    txns.commit(&broker, "t", &Principal::unrestricted())
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    assert_eq!(bodies(&drain(&mut settled_rx)), ["n"]);
+    assert!(drain(&mut full_rx).is_empty(), "dropped for the full one");
+    assert_eq!(first.queue.memory().dropped(), 1, "counted as dropped");
+}
