@@ -36,7 +36,7 @@ enum Command {
     /// Operate a running broker through its management API: queues, purge, move, groups,
     /// consumers, connections (tables, or --json).
     Admin(admin::broker::AdminArgs),
-    /// List, cancel or reschedule delayed messages: of the running broker through its
+    /// List, cancel, reschedule or edit delayed messages: of the running broker through its
     /// management API, or with --data-dir in a stopped broker's data dir.
     Schedule(admin::schedule::ScheduleArgs),
     /// Make user entries for the config: `weir user add NAME` prints a [[users]] entry with

@@ -309,3 +309,181 @@ fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
     assert_eq!(items.len(), 1, "{page}");
     assert_eq!(items[0]["body_preview"], "", "listed without bodies");
 }
+
+/// `weir schedule edit`, with cancel and reschedule, on a running broker and then on its
+/// stopped data dir, each change surviving a kill -9: the edited messages arrive edited,
+/// the rescheduled one at its new time, the cancelled one never.
+#[test]
+fn the_schedule_is_edited_from_the_cli_and_the_edits_are_kept() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let mut producer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
+    let sent = Instant::now();
+    for (name, delay) in [
+        ("edited", "8000"),
+        ("cancelled", "3000"),
+        ("moved", "600000"),
+        ("offline", "600000"),
+    ] {
+        producer.send_receipted(
+            "/queue/later",
+            &format!("{name} as sent"),
+            &[
+                ("persistent", "true"),
+                ("AMQ_SCHEDULED_DELAY", delay),
+                ("name", name),
+                ("colour", "red"),
+                ("tag", "x"),
+            ],
+            name,
+        );
+    }
+    let schedule = |user: &str, args: &[&str]| weir(&broker, "schedule", user, args);
+    let page: Value = serde_json::from_str(&ok(schedule(
+        "auditor",
+        &["list", "--queue", "later", "--json"],
+    )))
+    .unwrap();
+    let key = |name: &str| -> String {
+        let item = page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|item| {
+                item["properties"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|p| p["name"] == "name" && p["value"]["value"] == name)
+            })
+            .unwrap_or_else(|| panic!("{name} listed in {page}"));
+        item["id"].as_str().unwrap().to_owned()
+    };
+    let (edited, cancelled, moved, offline) = (
+        key("edited"),
+        key("cancelled"),
+        key("moved"),
+        key("offline"),
+    );
+
+    let edit = [
+        "edit",
+        edited.as_str(),
+        "--set",
+        "colour=blue",
+        "--set-int",
+        "size=2",
+        "--unset",
+        "tag",
+        "--body",
+        "edited live",
+    ];
+    let refused = fails(schedule("auditor", &edit));
+    assert!(refused.contains("403"), "edit needs manage: {refused}");
+    assert_eq!(ok(schedule("admin", &edit)), format!("edited {edited}\n"));
+    let bad = fails(schedule(
+        "admin",
+        &["edit", &edited, "--set-int", "size=two"],
+    ));
+    assert!(bad.contains("whole number"), "{bad}");
+    let nothing = fails(schedule("admin", &["edit", &edited]));
+    assert!(
+        nothing.contains("required"),
+        "an edit that changes nothing: {nothing}"
+    );
+    let shown: Value = serde_json::from_str(&ok(schedule(
+        "auditor",
+        &["list", "--queue", "later", "--json"],
+    )))
+    .unwrap();
+    let listed = shown["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["id"] == edited.as_str())
+        .unwrap_or_else(|| panic!("{edited} keeps its key: {shown}"));
+    assert_eq!(listed["size"], "edited live".len(), "{listed}");
+
+    assert_eq!(
+        ok(schedule("admin", &["cancel", &cancelled])),
+        format!("cancelled {cancelled}\n")
+    );
+    let rescheduled_at = Instant::now();
+    let answer = ok(schedule("admin", &["reschedule", &moved, "--in", "5s"]));
+    assert!(
+        answer.starts_with(&format!("rescheduled {moved} -> ")),
+        "{answer}"
+    );
+
+    // Every change above was answered once it was written: a kill -9 keeps them.
+    // Stopped, the data dir is edited offline: properties replaced, a binary-safe
+    // body from a file, and due now.
+    let body_file = dir.path().join("body.bin");
+    std::fs::write(&body_file, b"edited offline").unwrap();
+    let broker = broker.kill9_and_restart_after(|data_dir| {
+        let offline_cli = |args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_weir"))
+                .args(["schedule", "--data-dir"])
+                .arg(data_dir)
+                .args(args)
+                .output()
+                .expect("run weir schedule")
+        };
+        let answer = ok(offline_cli(&[
+            "edit",
+            &offline,
+            "--clear-properties",
+            "--set",
+            "name=offline",
+            "--set-bool",
+            "flag=true",
+            "--body-file",
+            body_file.to_str().unwrap(),
+        ]));
+        assert_eq!(answer, format!("edited {offline}\n"));
+        ok(offline_cli(&["reschedule", &offline, "--in", "0s"]));
+    });
+    let mut consumer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
+    consumer.subscribe("s", "/queue/later", "auto");
+    let mut arrived = Vec::new();
+    let until = sent + Duration::from_secs(12);
+    while Instant::now() < until {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Some(frame) = consumer.recv_timeout(left.min(Duration::from_millis(200))) {
+            arrived.push((Instant::now(), frame));
+        }
+    }
+    let names: Vec<&str> = arrived
+        .iter()
+        .map(|(_, f)| f.header("name").unwrap_or("-"))
+        .collect();
+    assert_eq!(
+        names,
+        ["offline", "moved", "edited"],
+        "in due order, once each"
+    );
+
+    let (_, offline_frame) = &arrived[0];
+    assert_eq!(offline_frame.body_text(), "edited offline");
+    assert_eq!(offline_frame.header("flag"), Some("true"));
+    assert_eq!(offline_frame.header("colour"), None, "properties cleared");
+
+    let (moved_at, moved_frame) = &arrived[1];
+    assert_eq!(moved_frame.body_text(), "moved as sent");
+    assert!(
+        *moved_at >= rescheduled_at + Duration::from_millis(4990),
+        "rescheduled 5 s ahead, came after {:?}",
+        moved_at.duration_since(rescheduled_at)
+    );
+
+    let (edited_at, edited_frame) = &arrived[2];
+    assert_eq!(edited_frame.body_text(), "edited live");
+    assert_eq!(edited_frame.header("colour"), Some("blue"));
+    assert_eq!(edited_frame.header("size"), Some("2"));
+    assert_eq!(edited_frame.header("tag"), None);
+    assert!(
+        *edited_at >= sent + Duration::from_millis(7990),
+        "an edit keeps the due time"
+    );
+}

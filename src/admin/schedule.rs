@@ -5,13 +5,16 @@
 //! mode fail cleanly.
 
 use super::api::{segment, AdminError, Api, ApiArgs};
+use base64::Engine as _;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use weir::config::parse_duration;
 use weir::core::message::now_ms;
-use weir::core::schedule::{self, ScheduleError, ScheduledMessage};
+use weir::core::schedule::{
+    self, MessageEdit, PropertyEntry, PropertyValue, ScheduleError, ScheduledMessage,
+};
 use weir::store::{ScheduleKey, Store, StoreError, StoreOptions};
 
 #[derive(Args)]
@@ -61,6 +64,106 @@ enum Action {
         #[arg(long = "in", value_name = "DURATION")]
         delay: Option<String>,
     },
+    /// Change a waiting message's properties (STOMP headers, AMQP application
+    /// properties) or body before it is due; it keeps its key and due time.
+    Edit {
+        key: String,
+        #[command(flatten)]
+        change: EditArgs,
+    },
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = true)]
+struct EditArgs {
+    /// Set a property to a text value (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+    /// Set a property to a whole number (repeatable).
+    #[arg(long = "set-int", value_name = "NAME=N")]
+    set_int: Vec<String>,
+    /// Set a property to true or false (repeatable).
+    #[arg(long = "set-bool", value_name = "NAME=BOOL")]
+    set_bool: Vec<String>,
+    /// Remove a property (repeatable).
+    #[arg(long, value_name = "NAME")]
+    unset: Vec<String>,
+    /// Drop every property first (the --set ones are then the only ones).
+    #[arg(long)]
+    clear_properties: bool,
+    /// The new body, as text.
+    #[arg(long, conflicts_with = "body_file")]
+    body: Option<String>,
+    /// The new body, the bytes of this file.
+    #[arg(long, value_name = "FILE")]
+    body_file: Option<PathBuf>,
+}
+
+impl EditArgs {
+    fn changes_properties(&self) -> bool {
+        self.clear_properties
+            || !(self.set.is_empty()
+                && self.set_int.is_empty()
+                && self.set_bool.is_empty()
+                && self.unset.is_empty())
+    }
+
+    /// The message's properties with the changes applied, in their order,
+    /// a changed one where it was and a new one at the end.
+    fn properties(&self, current: Vec<PropertyEntry>) -> Result<Vec<PropertyEntry>, CliError> {
+        let mut out = match self.clear_properties {
+            true => Vec::new(),
+            false => current,
+        };
+        out.retain(|p| !self.unset.contains(&p.name));
+        let mut set =
+            |name: &str, value: PropertyValue| match out.iter_mut().find(|p| p.name == name) {
+                Some(p) => p.value = value,
+                None => out.push(PropertyEntry {
+                    name: name.to_owned(),
+                    value,
+                }),
+            };
+        for pair in &self.set {
+            let (name, value) = split_pair(pair)?;
+            set(name, PropertyValue::String(value.to_owned()));
+        }
+        for pair in &self.set_int {
+            let (name, value) = split_pair(pair)?;
+            let n = value
+                .trim()
+                .parse()
+                .map_err(|_| CliError::BadValue(pair.clone(), "a whole number"))?;
+            set(name, PropertyValue::Int(n));
+        }
+        for pair in &self.set_bool {
+            let (name, value) = split_pair(pair)?;
+            let b = value
+                .trim()
+                .parse()
+                .map_err(|_| CliError::BadValue(pair.clone(), "true or false"))?;
+            set(name, PropertyValue::Bool(b));
+        }
+        Ok(out)
+    }
+
+    /// The new body, if one is given.
+    fn body(&self) -> Result<Option<Vec<u8>>, CliError> {
+        match (&self.body, &self.body_file) {
+            (Some(text), _) => Ok(Some(text.clone().into_bytes())),
+            (None, Some(path)) => std::fs::read(path)
+                .map(Some)
+                .map_err(|e| CliError::BodyFile(path.display().to_string(), e)),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
+fn split_pair(pair: &str) -> Result<(&str, &str), CliError> {
+    match pair.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name, value)),
+        _ => Err(CliError::BadPair(pair.to_owned())),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +188,14 @@ enum CliError {
     Runtime(std::io::Error),
     #[error("{0}")]
     Schedule(#[from] ScheduleError),
+    #[error("'{0}' is not NAME=VALUE")]
+    BadPair(String),
+    #[error("'{0}': the value must be {1}")]
+    BadValue(String, &'static str),
+    #[error("--body-file {0}: {1}")]
+    BodyFile(String, std::io::Error),
+    #[error("the broker's answer has no properties list: {0}")]
+    Answer(String),
 }
 
 pub fn run(args: ScheduleArgs) -> ExitCode {
@@ -155,6 +266,35 @@ fn live(api: &Api, action: Action, as_json: bool) -> Result<(), CliError> {
             let done = api.call(reqwest::Method::POST, &path, Some(body))?;
             if !as_json {
                 println!("rescheduled {key} -> {}", text(&done["id"]));
+            }
+            done
+        }
+        Action::Edit { key, change } => {
+            let path = format!("/api/schedule/{}", segment(&key));
+            let mut body = serde_json::Map::new();
+            if change.changes_properties() {
+                // The API replaces every property: read them, change them, send them
+                // all back. An edit by someone else in between is overwritten.
+                let current = api.get(&path)?;
+                let current: Vec<PropertyEntry> =
+                    serde_json::from_value(current["properties"].clone())
+                        .map_err(|e| CliError::Answer(e.to_string()))?;
+                let properties = change.properties(current)?;
+                body.insert("properties".into(), json!(properties));
+            }
+            if let Some(bytes) = change.body()? {
+                let field = match String::from_utf8(bytes) {
+                    Ok(text) => ("body", text),
+                    Err(e) => (
+                        "body_base64",
+                        base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+                    ),
+                };
+                body.insert(field.0.into(), Value::String(field.1));
+            }
+            let done = api.call(reqwest::Method::PATCH, &path, Some(Value::Object(body)))?;
+            if !as_json {
+                println!("edited {}", text(&done["id"]));
             }
             done
         }
@@ -285,6 +425,31 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
                 schedule::format_key(&key),
                 schedule::format_key(&entry.key)
             );
+        }
+        Action::Edit { key, change } => {
+            let key = schedule::parse_key(&key).ok_or(CliError::BadKey(key))?;
+            let properties =
+                match change.changes_properties() {
+                    true => {
+                        let entry = schedule::read_stored(&store, key)?
+                            .ok_or_else(|| ScheduleError::NotFound(schedule::format_key(&key)))?;
+                        let current =
+                            entry.message.properties.list().iter().map(|(name, value)| {
+                                PropertyEntry {
+                                    name: name.to_string(),
+                                    value: value.into(),
+                                }
+                            });
+                        Some(change.properties(current.collect())?)
+                    }
+                    false => None,
+                };
+            let edit = MessageEdit {
+                properties,
+                body: change.body()?.map(bytes::Bytes::from),
+            };
+            let entry = runtime.block_on(schedule::edit_stored(&store, key, edit))?;
+            println!("edited {}", schedule::format_key(&entry.key));
         }
     }
     Ok(())

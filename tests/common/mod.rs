@@ -207,6 +207,16 @@ impl BrokerProcess {
         Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port, http_port))
     }
 
+    /// SIGKILL, then `meanwhile` on the stopped broker's data dir, then starts it
+    /// again on the same data dir, config and ports.
+    pub fn kill9_and_restart_after(self, meanwhile: impl FnOnce(&Path)) -> Self {
+        let amqp_port = self.amqp.map(|a| a.port());
+        let http_port = self.http.map(|a| a.port());
+        let (dir, config, port) = self.kill9();
+        meanwhile(&dir);
+        Self::retry(|| Self::spawn(dir.clone(), config.clone(), port, amqp_port, http_port))
+    }
+
     /// The broker's resident memory, from /proc (Linux).
     pub fn rss_bytes(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))

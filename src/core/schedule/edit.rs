@@ -346,7 +346,7 @@ impl Inner {
 }
 
 /// The message with the edit applied.
-fn edited(message: &Message, edit: MessageEdit) -> Message {
+pub(super) fn edited(message: &Message, edit: MessageEdit) -> Message {
     let mut message = message.clone();
     if let Some(properties) = edit.properties {
         message.properties = properties

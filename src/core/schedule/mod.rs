@@ -34,8 +34,9 @@ pub use listing::{
     ScheduledSummary, Timeline,
 };
 pub use stored::{
-    cancel as cancel_stored, format_key, list as list_stored, next_key, parse_key, queue_names,
-    read as read_stored, reschedule as reschedule_stored, ScheduledMessage, FIRST_KEY,
+    cancel as cancel_stored, edit as edit_stored, format_key, list as list_stored, next_key,
+    parse_key, queue_names, read as read_stored, reschedule as reschedule_stored, ScheduledMessage,
+    FIRST_KEY,
 };
 
 use super::broker::{Broker, DelayedDelivery, WeakBroker};

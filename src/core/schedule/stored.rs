@@ -143,6 +143,23 @@ pub async fn reschedule(
     Ok(moved)
 }
 
+/// Replaces the properties and/or body of the entry under `key` (see
+/// [`Schedule::edit`](super::Schedule::edit)) and returns it as it is now.
+pub async fn edit(
+    store: &Store,
+    key: ScheduleKey,
+    change: super::MessageEdit,
+) -> Result<ScheduledMessage, ScheduleError> {
+    let entry = read(store, key)?.ok_or_else(|| ScheduleError::NotFound(format_key(&key)))?;
+    let message = Arc::new(super::edit::edited(&entry.message, change));
+    let record = persist::encode(&message, entry.delivery_count);
+    store
+        .submit(Op::PutScheduled { key, record })
+        .wait()
+        .await?;
+    Ok(ScheduledMessage { message, ..entry })
+}
+
 /// The same entry due at another time.
 pub(super) fn moved(entry: ScheduledMessage, new_due_ms: u64) -> ScheduledMessage {
     let mut message = Arc::unwrap_or_clone(entry.message);
