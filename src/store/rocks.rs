@@ -618,6 +618,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_barrier_follows_earlier_writes_without_an_fsync() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), StoreOptions::default()).unwrap();
+        let key = |seq| ScheduleKey {
+            due_ms: 10,
+            queue: 1,
+            seq,
+        };
+        for seq in 1..=50 {
+            store.submit_detached(Op::PutScheduled {
+                key: key(seq),
+                record: Bytes::from_static(b"r"),
+            });
+        }
+        store.submit(Op::Barrier).wait().await.unwrap();
+        assert_eq!(store.scan_scheduled(key(0), 100).unwrap().len(), 50);
+        let synced = store.stats().sync_latency_us.count;
+        for _ in 0..5 {
+            store.submit(Op::Barrier).wait().await.unwrap();
+        }
+        assert_eq!(
+            store.stats().sync_latency_us.count,
+            synced,
+            "barriers alone write nothing"
+        );
+    }
+
+    #[tokio::test]
     async fn written_answers_come_in_submission_order() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), StoreOptions::default()).unwrap();

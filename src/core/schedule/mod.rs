@@ -422,14 +422,10 @@ impl Inner {
         }
     }
 
-    /// Resolves once every write submitted before it is applied.
+    /// Resolves once every write submitted before it is applied (without an
+    /// fsync: a listing reads, it makes nothing durable).
     async fn barrier(&self) -> Result<(), ScheduleError> {
-        self.store
-            .submit(Op::DeleteScheduled {
-                key: stored::BARRIER_KEY,
-            })
-            .wait()
-            .await?;
+        self.store.submit(Op::Barrier).wait().await?;
         Ok(())
     }
 

@@ -12,9 +12,7 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// A key no entry ever has (due at the epoch). The running schedule deletes it
-/// as a write barrier: once that delete is applied, so is everything submitted
-/// before it, because one writer applies submissions in order.
+/// A key no entry ever has (due at the epoch): the window's first bound.
 pub(super) const BARRIER_KEY: ScheduleKey = ScheduleKey {
     due_ms: 0,
     queue: 0,

@@ -141,6 +141,8 @@ impl Writer {
                     let ticket = submissions[i].0;
                     self.held.keep(key, HeldPut { record, ticket }, now);
                 }
+                // Settled with the batch; a batch of barriers alone writes nothing.
+                Op::Barrier => {}
                 op if !elided => {
                     self.apply(db, &mut batch, op);
                     any = true;
@@ -216,6 +218,7 @@ impl Writer {
                     batch.delete_range_cf(cf, from.to_vec(), to);
                 }
             }
+            Op::Barrier => {}
         }
     }
 }

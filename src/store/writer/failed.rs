@@ -43,7 +43,7 @@ impl Failed {
 
     pub(super) fn retain(&mut self, op: &Op) {
         let kept = match op {
-            Op::PutMessage { .. } | Op::PutScheduled { .. } => return,
+            Op::PutMessage { .. } | Op::PutScheduled { .. } | Op::Barrier => return,
             Op::DeleteMessage { key } => Op::DeleteMessage { key: *key },
             Op::DeleteScheduled { key } => Op::DeleteScheduled { key: *key },
             Op::PutQueue { name, record } => Op::PutQueue {

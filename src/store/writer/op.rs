@@ -50,6 +50,11 @@ pub enum Op {
     PurgeQueue {
         queue: u32,
     },
+    /// Writes nothing: completes once every submission before it is applied
+    /// (one writer applies them in order), and costs no fsync of its own. A
+    /// reader that must see what was submitted before it (the delay schedule's
+    /// listing and page-in) waits for one.
+    Barrier,
 }
 
 /// Most submissions carry one op; keep that case free of a Vec allocation.
