@@ -159,6 +159,8 @@ pub struct Driver {
     /// The queue's default delay now (it changes at run time).
     default_delay: Ms,
     delay_headers: Vec<&'static str>,
+    /// Management paused the queue (stored: a restart keeps it).
+    paused: bool,
 }
 
 type Step = Result<(), Violation>;
@@ -199,6 +201,7 @@ impl Driver {
             },
             default_delay: case.default_message_delay.as_millis() as Ms,
             delay_headers: case.delay_headers.clone(),
+            paused: false,
         };
         driver.open();
         driver
@@ -804,7 +807,15 @@ impl Driver {
     /// Management changes settings other than memory limits at run time.
     fn reconfigure(&mut self, change: &Reconfig) -> Step {
         let rt = self.rt();
+        // The queue's timers have their turn first: a timer due before
+        // `timers_ran` (a gate's delay running out) has done its work.
+        let timers_ran = now_ms();
+        rt.block_on(async {
+            tokio::time::sleep(ROUND).await;
+            tokio::task::yield_now().await;
+        });
         let _entered = rt.enter();
+        self.drain(timers_ran)?;
         let lo = now_ms();
         let changed = self.core().broker.change_queue_settings_as(
             QUEUE,
@@ -826,6 +837,9 @@ impl Driver {
                 if let Some(d) = change.default_message_delay {
                     s.default_message_delay = Some(d);
                 }
+                if let Some(on) = change.group_rebalance {
+                    s.group_rebalance = Some(on);
+                }
             },
             |_| Ok(()),
         );
@@ -840,8 +854,10 @@ impl Driver {
                 gate: change.gate.map(|(count, delay)| (count, delay.map(ms))),
                 redelivery_delay: change.redelivery_delay.map(ms),
                 max_delivery_attempts: change.max_delivery_attempts,
+                group_rebalance: change.group_rebalance,
             },
             lo,
+            timers_ran,
         );
         if let Some(d) = change.default_message_delay {
             self.default_delay = ms(d);
@@ -851,6 +867,39 @@ impl Driver {
         }
         rt.block_on(written.wait())
             .map_err(|e| broken(format!("settings change not stored: {e}")))?;
+        let _entered = rt.enter();
+        self.drain(lo)?;
+        match change.paused {
+            Some(paused) => self.pause(paused),
+            None => Ok(()),
+        }
+    }
+
+    /// Management pauses or resumes dispatch. The model hears of a resume
+    /// before the queue dispatches again, of a pause once nothing more goes.
+    fn pause(&mut self, paused: bool) -> Step {
+        let rt = self.rt();
+        let _entered = rt.enter();
+        let lo = now_ms();
+        self.drain(lo)?;
+        if !paused {
+            self.model.set_paused(false);
+        }
+        let changed = self.core().broker.pause_queue_as(
+            QUEUE,
+            &crate::core::security::Principal::unrestricted(),
+            paused,
+        );
+        let written = match changed {
+            Ok((_, written)) => written,
+            Err(e) => return Err(broken(format!("pause refused: {e}"))),
+        };
+        self.model.set_paused(paused);
+        self.paused = paused;
+        self.drain(lo)?;
+        drop(_entered);
+        rt.block_on(written.wait())
+            .map_err(|e| broken(format!("pause not stored: {e}")))?;
         let _entered = rt.enter();
         self.drain(lo)?;
         Ok(())
@@ -1089,6 +1138,9 @@ impl Driver {
         let now = now_ms();
         if wait > now {
             self.advance(wait - now)?;
+        }
+        if self.paused {
+            self.pause(false)?;
         }
         let drainers = self.settings.consumers_before_dispatch.max(1);
         for _ in 0..drainers {

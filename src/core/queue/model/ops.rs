@@ -169,6 +169,9 @@ pub struct Reconfig {
     pub redelivery_delay: Option<Duration>,
     pub max_delivery_attempts: Option<u32>,
     pub default_message_delay: Option<Duration>,
+    pub group_rebalance: Option<bool>,
+    /// Then paused (`true`) or resumed by management.
+    pub paused: Option<bool>,
 }
 
 /// Sends and settlements held by one transaction, and how it ends.
@@ -536,15 +539,27 @@ fn reconfig() -> impl Strategy<Value = Reconfig> {
                 (5u64..=30).prop_map(Duration::from_millis)
             ],
         ),
+        prop::option::weighted(0.3, any::<bool>()),
+        prop::option::weighted(0.3, any::<bool>()),
     )
         .prop_map(
-            |(exclusive, gate, redelivery_delay, max_delivery_attempts, default_message_delay)| {
+            |(
+                exclusive,
+                gate,
+                redelivery_delay,
+                max_delivery_attempts,
+                default_message_delay,
+                group_rebalance,
+                paused,
+            )| {
                 Reconfig {
                     exclusive,
                     gate,
                     redelivery_delay,
                     max_delivery_attempts,
                     default_message_delay,
+                    group_rebalance,
+                    paused,
                 }
             },
         )

@@ -145,6 +145,8 @@ pub struct ModelChange {
     pub gate: Option<(u32, Option<Ms>)>,
     pub redelivery_delay: Option<Ms>,
     pub max_delivery_attempts: Option<u32>,
+    /// Turned on, it rebalances the groups at once, as a consumer's arrival does.
+    pub group_rebalance: Option<bool>,
 }
 
 /// A message as sent.
@@ -289,10 +291,13 @@ pub struct Model {
     /// The dispatch gate was opened by the consumer count (stays open until
     /// the queue has no consumers).
     gate_opened: bool,
-    /// A run-time change met a gate whose delay was up (or nearly): the
-    /// queue opens such a gate only when it next has something to dispatch,
-    /// so whether it is open is unknown until the queue has no consumers.
+    /// A run-time change met a gate whose delay ran out as it was made: its
+    /// timer may or may not have opened it first, so whether it is open is
+    /// unknown until the queue has no consumers.
     gate_unknown: bool,
+    /// Paused by management: nothing is dispatched to consumers (browsers
+    /// still see the queue) until it is resumed. Stored: a restart keeps it.
+    dispatch_paused: bool,
     first_attach: Option<Ms>,
     event: u64,
     sends: u64,
@@ -310,6 +315,7 @@ impl Model {
             exclusive: None,
             gate_opened: false,
             gate_unknown: false,
+            dispatch_paused: false,
             first_attach: None,
             event: 0,
             sends: 0,
@@ -431,18 +437,29 @@ impl Model {
             self.gate_opened = true;
         }
         if self.settings.group_rebalance {
-            if self.settings.group_rebalance_pause_dispatch {
-                for (lane, owner) in &self.owners {
-                    let busy = self.msgs.iter().any(|m| {
-                        m.lane.as_ref() == Some(lane) && matches!(m.place, Place::InFlight { .. })
-                    });
-                    if busy {
-                        self.paused.insert(lane.clone(), *owner);
-                    }
+            self.rebalance();
+        }
+    }
+
+    /// Every group binding is released; with `group_rebalance_pause_dispatch`
+    /// a group with messages in flight waits until they are settled.
+    fn rebalance(&mut self) {
+        if self.settings.group_rebalance_pause_dispatch {
+            for (lane, owner) in &self.owners {
+                let busy = self.msgs.iter().any(|m| {
+                    m.lane.as_ref() == Some(lane) && matches!(m.place, Place::InFlight { .. })
+                });
+                if busy {
+                    self.paused.insert(lane.clone(), *owner);
                 }
             }
-            self.owners.clear();
         }
+        self.owners.clear();
+    }
+
+    /// Management paused (or resumed) dispatch.
+    pub fn set_paused(&mut self, paused: bool) {
+        self.dispatch_paused = paused;
     }
 
     /// When the gate opens: `Some(0)` open now, `Some(t)` at t, `None` not by time.
@@ -459,9 +476,12 @@ impl Model {
     /// Management changed settings at `now` (read before the call); `None`
     /// leaves one as it is. Exclusive on: the consumer the queue would move to
     /// takes it; off: everyone receives. The gate: a queue that was
-    /// dispatching goes on; one that was waiting waits under the new rule,
-    /// and opens at once if enough consumers are attached.
-    pub fn reconfigure(&mut self, change: &ModelChange, now: Ms) {
+    /// dispatching goes on (a gate whose delay ran out before `timers_ran`,
+    /// when the queue's timers last had their turn, is open: its timer opened
+    /// it); one that was waiting waits under the new rule, and opens at once
+    /// if enough consumers are attached. Group rebalancing turned on
+    /// rebalances now.
+    pub fn reconfigure(&mut self, change: &ModelChange, now: Ms, timers_ran: Ms) {
         let s = &mut self.settings;
         if let Some(exclusive) = change.exclusive {
             s.exclusive = exclusive;
@@ -479,6 +499,12 @@ impl Model {
             s.consumers_before_dispatch = count;
             s.delay_before_dispatch = delay;
         }
+        if let Some(on) = change.group_rebalance {
+            let was = std::mem::replace(&mut s.group_rebalance, on);
+            if on && !was {
+                self.rebalance();
+            }
+        }
         self.exclusive = match self.settings.exclusive {
             true => self.exclusive.or_else(|| self.first_active()),
             false => None,
@@ -486,8 +512,12 @@ impl Model {
         let active = self.active().count();
         let count = self.settings.consumers_before_dispatch;
         if active > 0 {
-            if change.gate.is_some() && old_opening.is_some_and(|at| at > 0 && at <= now + EPS) {
-                self.gate_unknown = true;
+            match old_opening {
+                Some(at) if at > 0 && at + SLACK <= timers_ran => self.gate_opened = true,
+                Some(at) if change.gate.is_some() && at > 0 && at <= now + EPS => {
+                    self.gate_unknown = true
+                }
+                _ => {}
             }
             if old_count == 0 {
                 self.gate_opened = true;
@@ -643,6 +673,12 @@ impl Model {
                     "m{id} delivered to c{cid} while c{:?} is the exclusive consumer",
                     self.exclusive
                 ),
+            );
+        }
+        if self.dispatch_paused {
+            return fail(
+                Invariant::DispatchGate,
+                format!("m{id} delivered to c{cid} while the queue is paused"),
             );
         }
         match self.gate_opens_at() {
@@ -1053,7 +1089,8 @@ impl Model {
     /// its lane and surely available, for `cid` by every rule.
     fn takeable(&self, cid: Cid, idle_from: Ms, now: Ms) -> Option<MsgId> {
         let c = self.consumers.get(&cid).filter(|c| !c.spec.browser)?;
-        let gate_open = !self.gate_unknown
+        let gate_open = !self.dispatch_paused
+            && !self.gate_unknown
             && self
                 .gate_opens_at()
                 .is_some_and(|at| at == 0 || at + SLACK <= idle_from);
