@@ -43,8 +43,8 @@ enum Command {
     /// a SCRAM credential of the password read from the terminal or stdin.
     User(admin::user::UserArgs),
     /// Load-test a STOMP or AMQP 1.0 broker (or serve the relay ceilings with
-    /// --sink-stomp and --sink-amqp).
-    Perf(weir::perf::PerfArgs),
+    /// --sink-stomp and --sink-amqp). Boxed: its many flags would make every variant as large.
+    Perf(Box<weir::perf::PerfArgs>),
 }
 
 #[derive(Args)]
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
         Command::Admin(args) => admin::broker::run(args),
         Command::Schedule(args) => admin::schedule::run(args),
         Command::User(args) => admin::user::run(args),
-        Command::Perf(args) => weir::perf::main(args),
+        Command::Perf(args) => weir::perf::main(*args),
     }
 }
 

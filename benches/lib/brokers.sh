@@ -52,10 +52,12 @@ start_weir() {
   local dir=$1 port amqp
   mkdir -p "$dir"
   port=$(free_port); amqp=$(free_port)
-  "$WEIR" serve --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --http off --log warn \
+  # shellcheck disable=SC2046 # TLS listeners (benches/lib/tls.sh), when asked for.
+  "$WEIR" serve $(tls_weir_config "$dir") --data-dir "$dir/data" --stomp "127.0.0.1:$port" --amqp "127.0.0.1:$amqp" --http off --log warn \
     >"$dir/broker.log" 2>&1 &
   register weir "$port" $! 30 || return 1
   AMQP_URL[weir]="amqp://127.0.0.1:$amqp"
+  tls_weir
 }
 
 # A second Weir, from WEIR_BASE_BIN: a change measured against its base in one
@@ -106,10 +108,12 @@ start_activemq() {
   http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
   <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="weir-compare"
           dataDirectory="$dir/data" schedulerSupport="true">
+    $(tls_activemq_context)
     <persistenceAdapter><kahaDB directory="$dir/data/kahadb"/></persistenceAdapter>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp+nio://127.0.0.1:$port"/>
       $amqp_connector
+      $(tls_activemq_connectors "$amqp_connector")
     </transportConnectors>
   </broker>
 </beans>
@@ -122,6 +126,7 @@ XML
   if [ -n "$amqp_connector" ] && wait_port "$amqp" 30; then
     AMQP_URL[activemq]="amqp://127.0.0.1:$amqp"
   fi
+  tls_activemq
 }
 
 start_rabbitmq() {
@@ -136,6 +141,7 @@ start_rabbitmq() {
 listeners.tcp.default = 127.0.0.1:$amqp
 stomp.listeners.tcp.1 = 127.0.0.1:$port
 loopback_users = none
+$(tls_rabbitmq_conf)
 CONF
   local epmd_before
   epmd_before=$(pgrep -x epmd || true)
@@ -160,6 +166,7 @@ CONF
     AMQP_URL[rabbitmq]="amqp://127.0.0.1:$amqp"
     AMQP_QUEUE_PREFIX[rabbitmq]="/queue/"
   fi
+  tls_rabbitmq
 }
 
 start_artemis() {
@@ -181,8 +188,10 @@ start_artemis() {
     -e "s#tcp://127.0.0.1:5672?#tcp://127.0.0.1:$amqp?#" \
     -e "s#tcp://127.0.0.1:61613?\(.*\)protocols=STOMP;#tcp://127.0.0.1:$port?\1protocols=STOMP;anycastPrefix=/queue/;multicastPrefix=/topic/;#" \
     "$dir/instance/etc/broker.xml"
+  tls_artemis_acceptors "$dir/instance/etc/broker.xml" "$port" "$amqp"
   "$dir/instance/bin/artemis" run >"$dir/broker.log" 2>&1 &
   register artemis "$port" $! 120 || return 1
   # Anonymous SASL; the `queue` capability makes the address anycast.
   AMQP_URL[artemis]="amqp://127.0.0.1:$amqp"
+  tls_artemis
 }

@@ -8,9 +8,23 @@ use clap::{Args, ValueEnum};
 /// broken group order. Exits non-zero on a violation or a lost message.
 #[derive(Debug, Clone, Args)]
 pub struct PerfArgs {
-    /// Broker to drive: stomp://host:port or amqp://host:port (AMQP 1.0).
+    /// Broker to drive: stomp://host:port or amqp://host:port (AMQP 1.0); stomps:// and
+    /// amqps:// for the same over TLS (then --tls-ca is needed).
     #[arg(long, default_value = "stomp://127.0.0.1:61613")]
     pub url: String,
+    /// TLS: PEM file of the CA(s) that signed the broker's certificate (the only ones trusted).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// TLS: a client certificate chain (PEM) to show the broker, with --tls-key. With no
+    /// --login, AMQP then logs in with SASL EXTERNAL when the broker offers it.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS: the private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// TLS: the name the broker's certificate must carry (default: the URL's host).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
     /// Producer connections.
     #[arg(long, default_value_t = 1)]
     pub producers: u32,
@@ -65,8 +79,11 @@ pub struct PerfArgs {
     /// AMQP: producers send pre-settled (fire and forget, no dispositions).
     #[arg(long)]
     pub amqp_settled: bool,
+    /// User to log in as: STOMP login header; AMQP SASL PLAIN (else EXTERNAL with a
+    /// client certificate, else ANONYMOUS).
     #[arg(long)]
     pub login: Option<String>,
+    /// Password of --login (STOMP passcode header, SASL PLAIN).
     #[arg(long)]
     pub passcode: Option<String>,
     /// STOMP host header (the virtual host; RabbitMQ wants "/").
@@ -120,11 +137,19 @@ impl AckMode {
     }
 }
 
-/// Where to connect, by protocol.
+/// The protocol a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Stomp,
+    Amqp,
+}
+
+/// Where to connect: protocol, host:port, and whether over TLS.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    Stomp(String),
-    Amqp(String),
+pub struct Endpoint {
+    pub protocol: Protocol,
+    pub authority: String,
+    pub tls: bool,
 }
 
 impl Endpoint {
@@ -136,11 +161,18 @@ impl Endpoint {
         if authority.is_empty() || authority.contains('/') || !authority.contains(':') {
             return Err(PerfError::BadUrl(url.to_owned()));
         }
-        match scheme {
-            "stomp" | "tcp" => Ok(Endpoint::Stomp(authority.to_owned())),
-            "amqp" => Ok(Endpoint::Amqp(authority.to_owned())),
-            other => Err(PerfError::UnsupportedScheme(other.to_owned())),
-        }
+        let (protocol, tls) = match scheme {
+            "stomp" | "tcp" => (Protocol::Stomp, false),
+            "stomps" => (Protocol::Stomp, true),
+            "amqp" => (Protocol::Amqp, false),
+            "amqps" => (Protocol::Amqp, true),
+            other => return Err(PerfError::UnsupportedScheme(other.to_owned())),
+        };
+        Ok(Endpoint {
+            protocol,
+            authority: authority.to_owned(),
+            tls,
+        })
     }
 }
 
@@ -191,22 +223,38 @@ impl Destination {
 mod tests {
     use super::*;
 
+    fn endpoint(protocol: Protocol, authority: &str, tls: bool) -> Option<Endpoint> {
+        Some(Endpoint {
+            protocol,
+            authority: authority.to_owned(),
+            tls,
+        })
+    }
+
     #[test]
     fn parses_stomp_and_amqp_urls_and_refuses_others() {
         assert_eq!(
             Endpoint::parse("stomp://127.0.0.1:61613").ok(),
-            Some(Endpoint::Stomp("127.0.0.1:61613".into()))
+            endpoint(Protocol::Stomp, "127.0.0.1:61613", false)
         );
         assert_eq!(
             Endpoint::parse("stomp://localhost:1/").ok(),
-            Some(Endpoint::Stomp("localhost:1".into()))
+            endpoint(Protocol::Stomp, "localhost:1", false)
         );
         assert_eq!(
             Endpoint::parse("amqp://h:5672").ok(),
-            Some(Endpoint::Amqp("h:5672".into()))
+            endpoint(Protocol::Amqp, "h:5672", false)
+        );
+        assert_eq!(
+            Endpoint::parse("stomps://h:61614").ok(),
+            endpoint(Protocol::Stomp, "h:61614", true)
+        );
+        assert_eq!(
+            Endpoint::parse("amqps://h:5671").ok(),
+            endpoint(Protocol::Amqp, "h:5671", true)
         );
         assert!(matches!(
-            Endpoint::parse("amqps://h:5671"),
+            Endpoint::parse("http://h:5671"),
             Err(PerfError::UnsupportedScheme(_))
         ));
         assert!(Endpoint::parse("127.0.0.1:61613").is_err());

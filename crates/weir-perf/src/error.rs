@@ -1,6 +1,7 @@
 //! Errors of the load generator and the sink.
 
 use std::io;
+use std::path::PathBuf;
 use weir_wire::amqp::AmqpCodecError;
 use weir_wire::stomp::StompError;
 
@@ -22,10 +23,14 @@ pub enum PerfError {
     Unexpected(&'static str),
     #[error("no answer from the broker within {0} s")]
     Timeout(u64),
-    #[error("bad --url {0:?}: expected stomp://host:port or amqp://host:port")]
+    #[error("bad --url {0:?}: expected stomp://, stomps://, amqp:// or amqps:// and host:port")]
     BadUrl(String),
-    #[error("{0}:// is not supported (stomp:// or amqp://)")]
+    #[error("{0}:// is not supported (stomp://, stomps://, amqp:// or amqps://)")]
     UnsupportedScheme(String),
+    #[error("TLS: {}: {why}", path.display())]
+    Tls { path: PathBuf, why: String },
+    #[error("TLS handshake with {0} failed: {1}")]
+    TlsHandshake(String, io::Error),
     #[error("bad argument {flag}: {why}")]
     BadArg {
         flag: &'static str,

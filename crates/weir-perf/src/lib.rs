@@ -9,6 +9,7 @@ pub mod error;
 pub mod run;
 pub mod sink;
 pub mod stats;
+pub mod transport;
 
 pub use args::PerfArgs;
 pub use error::PerfError;

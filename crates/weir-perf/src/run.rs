@@ -2,7 +2,7 @@
 //! allows, or at a fixed rate), a progress line a second, then a drain and
 //! the summary.
 
-use super::args::{Destination, Endpoint, PerfArgs};
+use super::args::{Destination, Endpoint, PerfArgs, Protocol};
 use super::client::amqp::{AmqpPublisher, AmqpSettings, AmqpSubscriber};
 use super::client::stomp::{
     Login, SendSettings, StompPublisher, StompSubscriber, SubscribeSettings,
@@ -11,6 +11,7 @@ use super::client::{Publisher, Stamp, Subscriber};
 use super::clock::Clock;
 use super::error::PerfError;
 use super::stats::{self, q, ConsumerStats, Summary};
+use super::transport::{Peer, TlsFiles};
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -236,6 +237,13 @@ struct Setup {
 pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
     validate(args)?;
     let endpoint = Endpoint::parse(&args.url)?;
+    let tls = TlsFiles {
+        ca: args.tls_ca.clone(),
+        cert: args.tls_cert.clone(),
+        key: args.tls_key.clone(),
+        server_name: args.tls_server_name.clone(),
+    };
+    let peer = Peer::new(&endpoint.authority, endpoint.tls, &tls)?;
     let destination = Destination::from_args(args)?;
     let clock = Clock::start();
     // Unique enough to tell this run's messages from leftovers of earlier runs.
@@ -264,30 +272,30 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         delay_us: args.delay_ms.map(|d| d * 1_000),
     };
     // Consumers subscribe before any producer connects, so a topic loses nothing.
-    match endpoint {
-        Endpoint::Stomp(addr) => {
+    match endpoint.protocol {
+        Protocol::Stomp => {
             let mut subscribers = Vec::new();
             for _ in 0..args.consumers {
-                subscribers.push(StompSubscriber::connect(&addr, &login, &subscribe).await?);
+                subscribers.push(StompSubscriber::connect(&peer, &login, &subscribe).await?);
             }
             let mut publishers = Vec::new();
             for _ in 0..args.producers {
-                publishers.push(StompPublisher::connect(&addr, &login, &send).await?);
+                publishers.push(StompPublisher::connect(&peer, &login, &send).await?);
             }
             drive(args, setup, subscribers, publishers, args.receipt_every).await
         }
-        Endpoint::Amqp(addr) => {
+        Protocol::Amqp => {
             let amqp = AmqpSettings {
                 settled: args.amqp_settled,
                 window: args.receipt_every,
             };
             let mut subscribers = Vec::new();
             for _ in 0..args.consumers {
-                subscribers.push(AmqpSubscriber::connect(&addr, &login, &subscribe).await?);
+                subscribers.push(AmqpSubscriber::connect(&peer, &login, &subscribe).await?);
             }
             let mut publishers = Vec::new();
             for _ in 0..args.producers {
-                publishers.push(AmqpPublisher::connect(&addr, &login, &send, amqp).await?);
+                publishers.push(AmqpPublisher::connect(&peer, &login, &send, amqp).await?);
             }
             // --receipt-every is the publishers' window of unsettled sends:
             // the plan asks a confirmation of the last message only.

@@ -7,12 +7,11 @@
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
 use crate::args::{AckMode, Destination};
 use crate::error::PerfError;
+use crate::transport::{Peer, ReadHalf, WriteHalf};
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, StreamExt};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio_util::codec::{Encoder, FramedRead};
 use weir_wire::stomp::{Command, Frame, HeaderText, Inbound, StompCodec, Version};
 use weir_wire::write_parts::{WriteParts, SHARE_FROM};
@@ -31,8 +30,8 @@ pub struct Login {
 /// One STOMP connection: the frame reader, the socket's write half and a write
 /// buffer that collects frames until the next flush.
 struct Connection {
-    reader: FramedRead<OwnedReadHalf, StompCodec>,
-    writer: OwnedWriteHalf,
+    reader: FramedRead<ReadHalf, StompCodec>,
+    writer: WriteHalf,
     out: BytesMut,
     /// Large bodies queued uncopied after what `out` held before them.
     parts: WriteParts,
@@ -43,10 +42,8 @@ struct Connection {
 }
 
 impl Connection {
-    async fn open(addr: &str, login: &Login) -> Result<Connection, PerfError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
-        let (read, writer) = stream.into_split();
+    async fn open(peer: &Peer, login: &Login) -> Result<Connection, PerfError> {
+        let (read, writer) = peer.connect().await?.into_split();
         let mut conn = Connection {
             reader: FramedRead::with_capacity(read, StompCodec::default(), 256 * 1024),
             writer,
@@ -94,6 +91,8 @@ impl Connection {
             self.writer.write_all(&self.out).await?;
             self.out.clear();
         }
+        // TLS holds the last record until flushed; on TCP this does nothing.
+        self.writer.flush().await?;
         Ok(())
     }
 
@@ -182,11 +181,11 @@ pub struct StompPublisher {
 
 impl StompPublisher {
     pub async fn connect(
-        addr: &str,
+        peer: &Peer,
         login: &Login,
         settings: &SendSettings,
     ) -> Result<StompPublisher, PerfError> {
-        let conn = Connection::open(addr, login).await?;
+        let conn = Connection::open(peer, login).await?;
         let mut prefix = format!("SEND\ndestination:{}\n", settings.destination.stomp());
         if settings.persistent {
             prefix.push_str("persistent:true\n");
@@ -290,11 +289,11 @@ pub struct StompSubscriber {
 
 impl StompSubscriber {
     pub async fn connect(
-        addr: &str,
+        peer: &Peer,
         login: &Login,
         settings: &SubscribeSettings,
     ) -> Result<StompSubscriber, PerfError> {
-        let mut conn = Connection::open(addr, login).await?;
+        let mut conn = Connection::open(peer, login).await?;
         let mut subscribe = Frame::new(Command::Subscribe)
             .with_header("id", "0")
             .with_header("destination", settings.destination.stomp())

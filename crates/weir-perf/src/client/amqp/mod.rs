@@ -12,11 +12,12 @@ use super::stomp::{Login, SendSettings, SubscribeSettings};
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
 use crate::args::{AckMode, Destination};
 use crate::error::PerfError;
+pub(super) use crate::transport::Peer;
+use crate::transport::Stream;
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use std::collections::VecDeque;
 use std::time::Duration;
-use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
 use weir_wire::amqp::codec::{begin_frame, encode_frame, finish_frame, FRAME_TYPE_AMQP};
 use weir_wire::amqp::described::Composite;
@@ -61,7 +62,7 @@ pub struct AmqpSettings {
 /// One connection with its session: the framed socket and the session
 /// counters both ends need (transport section 2.5.6).
 struct Connection {
-    framed: Framed<TcpStream, AmqpFrameCodec>,
+    framed: Framed<Stream, AmqpFrameCodec>,
     /// Large message bodies queued uncopied after the frames before them.
     parts: WriteParts,
     remote_max_frame: u32,
@@ -78,9 +79,8 @@ struct Connection {
 }
 
 impl Connection {
-    async fn open(addr: &str, login: &Login) -> Result<Connection, PerfError> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+    async fn open(peer: &Peer, login: &Login) -> Result<Connection, PerfError> {
+        let stream = peer.connect().await?;
         let codec = AmqpFrameCodec::new(MAX_FRAME_SIZE);
         let mut conn = Connection {
             framed: Framed::with_capacity(stream, codec, 256 * 1024),
@@ -93,13 +93,13 @@ impl Connection {
             incoming_window: SESSION_WINDOW,
             closing: false,
         };
-        tokio::time::timeout(ANSWER_TIMEOUT, conn.handshake(addr, login))
+        tokio::time::timeout(ANSWER_TIMEOUT, conn.handshake(peer, login))
             .await
             .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))??;
         Ok(conn)
     }
 
-    async fn handshake(&mut self, addr: &str, login: &Login) -> Result<(), PerfError> {
+    async fn handshake(&mut self, peer: &Peer, login: &Login) -> Result<(), PerfError> {
         self.framed
             .send(Outbound::Header(ProtocolHeader::SASL))
             .await?;
@@ -108,7 +108,7 @@ impl Connection {
             SaslFrame::Mechanisms(m) => m.mechanisms,
             _ => return Err(PerfError::Unexpected("SASL frame (wanted sasl-mechanisms)")),
         };
-        let init = sasl_init(&offered, login)?;
+        let init = sasl_init(&offered, login, peer.certified())?;
         self.framed
             .send(Outbound::Frame(Frame::Sasl(SaslFrame::Init(init))))
             .await?;
@@ -121,9 +121,8 @@ impl Connection {
         self.framed
             .feed(Outbound::Header(ProtocolHeader::AMQP))
             .await?;
-        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
         let open = Open {
-            hostname: Some(Str::from(host)),
+            hostname: Some(Str::from(peer.host())),
             max_frame_size: MAX_FRAME_SIZE,
             channel_max: 0,
             // One container per connection: ActiveMQ Classic takes the
@@ -355,8 +354,9 @@ fn broker_error(what: &str, error: Option<&weir_wire::amqp::AmqpError>) -> PerfE
     })
 }
 
-/// PLAIN with --login/--passcode, else ANONYMOUS.
-fn sasl_init(offered: &[Symbol], login: &Login) -> Result<SaslInit, PerfError> {
+/// PLAIN with --login/--passcode, else EXTERNAL when a client certificate is shown (its
+/// user is the one the certificate names), else ANONYMOUS.
+fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslInit, PerfError> {
     let has = |m: &str| offered.iter().any(|s| s.as_str() == m);
     if let Some(user) = &login.login {
         if has("PLAIN") {
@@ -372,6 +372,14 @@ fn sasl_init(offered: &[Symbol], login: &Login) -> Result<SaslInit, PerfError> {
                 hostname: None,
             });
         }
+    }
+    if login.login.is_none() && certified && has("EXTERNAL") {
+        // An empty authorization identity: the user the certificate maps to.
+        return Ok(SaslInit {
+            mechanism: Symbol::from_static("EXTERNAL"),
+            initial_response: Some(Bytes::new()),
+            hostname: None,
+        });
     }
     if has("ANONYMOUS") {
         return Ok(SaslInit {
@@ -482,14 +490,42 @@ mod tests {
             passcode: Some("p".into()),
             vhost: "/".into(),
         };
-        let init = sasl_init(&both, &login)?;
+        let init = sasl_init(&both, &login, false)?;
         assert_eq!(init.mechanism.as_str(), "PLAIN");
         assert_eq!(init.initial_response.as_deref(), Some(&b"\0u\0p"[..]));
         assert_eq!(
-            sasl_init(&both, &Login::default())?.mechanism.as_str(),
+            sasl_init(&both, &Login::default(), false)?
+                .mechanism
+                .as_str(),
             "ANONYMOUS"
         );
-        assert!(sasl_init(&[Symbol::from("PLAIN")], &Login::default()).is_err());
+        assert!(sasl_init(&[Symbol::from("PLAIN")], &Login::default(), false).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn external_with_a_client_certificate_and_no_login() -> Result<(), PerfError> {
+        let all = [
+            Symbol::from("PLAIN"),
+            Symbol::from("EXTERNAL"),
+            Symbol::from("ANONYMOUS"),
+        ];
+        let init = sasl_init(&all, &Login::default(), true)?;
+        assert_eq!(init.mechanism.as_str(), "EXTERNAL");
+        assert_eq!(init.initial_response.as_deref(), Some(&b""[..]));
+        // A login given wins over the certificate; no EXTERNAL offered, ANONYMOUS.
+        let login = Login {
+            login: Some("u".into()),
+            ..Login::default()
+        };
+        assert_eq!(sasl_init(&all, &login, true)?.mechanism.as_str(), "PLAIN");
+        let no_external = [Symbol::from("ANONYMOUS")];
+        assert_eq!(
+            sasl_init(&no_external, &Login::default(), true)?
+                .mechanism
+                .as_str(),
+            "ANONYMOUS"
+        );
         Ok(())
     }
 }

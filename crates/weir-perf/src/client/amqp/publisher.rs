@@ -67,12 +67,12 @@ pub struct AmqpPublisher {
 
 impl AmqpPublisher {
     pub async fn connect(
-        addr: &str,
+        peer: &Peer,
         login: &Login,
         settings: &SendSettings,
         amqp: AmqpSettings,
     ) -> Result<AmqpPublisher, PerfError> {
-        let mut conn = Connection::open(addr, login).await?;
+        let mut conn = Connection::open(peer, login).await?;
         let (address, capabilities) = terminus(&settings.destination);
         let mut attach = Attach::new("weir-perf-sender", HANDLE, Role::Sender);
         attach.snd_settle_mode = if amqp.settled {

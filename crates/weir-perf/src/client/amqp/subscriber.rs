@@ -26,11 +26,11 @@ pub struct AmqpSubscriber {
 
 impl AmqpSubscriber {
     pub async fn connect(
-        addr: &str,
+        peer: &Peer,
         login: &Login,
         settings: &SubscribeSettings,
     ) -> Result<AmqpSubscriber, PerfError> {
-        let mut conn = Connection::open(addr, login).await?;
+        let mut conn = Connection::open(peer, login).await?;
         let (address, capabilities) = terminus(&settings.destination);
         let mut attach = Attach::new("weir-perf-receiver", HANDLE, Role::Receiver);
         attach.snd_settle_mode = match settings.ack {
