@@ -218,6 +218,47 @@ fn stomp_sends_on_a_full_disk_get_an_error_and_nothing_receipted_is_lost() {
 }
 
 #[test]
+fn a_transaction_with_a_durable_send_on_a_full_disk_takes_no_effect() {
+    let Some(disk) = SmallDisk::mount(8, 2) else {
+        return;
+    };
+    let broker = BrokerProcess::start(&disk.data(), Some(NO_LIMITS));
+    let (_, _) = send_until_refused(&mut broker.client(), "filler");
+
+    // A plain send and a durable one, while the disk refuses: neither is
+    // published, and the commit says why.
+    let mut stomp = broker.client();
+    stomp.send_frame("BEGIN", &[("transaction", "t")], b"");
+    stomp.send_frame(
+        "SEND",
+        &[("destination", "txn.full"), ("transaction", "t")],
+        b"plain",
+    );
+    stomp.send_frame(
+        "SEND",
+        &[
+            ("destination", "txn.full"),
+            ("transaction", "t"),
+            ("persistent", "true"),
+        ],
+        b"durable",
+    );
+    stomp.send_frame("COMMIT", &[("transaction", "t"), ("receipt", "c")], b"");
+    let error = stomp.recv().expect("an ERROR for the COMMIT");
+    assert_eq!(error.command, "ERROR", "{:?}", error.headers);
+    assert_eq!(error.header("receipt-id"), Some("c"), "{:?}", error.headers);
+    let said = format!("{:?} {}", error.headers, error.body_text());
+    assert!(said.contains("disk full"), "{said}");
+
+    disk.free_space();
+    until_accepted(&broker, "other");
+    let mut consumer = broker.client();
+    consumer.subscribe("s", "txn.full", "auto");
+    let got = consumer.recv_timeout(Duration::from_secs(2));
+    assert!(got.is_none(), "a refused transaction published {got:?}");
+}
+
+#[test]
 fn acknowledgements_on_a_full_disk_do_not_come_back() {
     const N: usize = 200;
     let Some(disk) = SmallDisk::mount(8, 2) else {

@@ -398,6 +398,7 @@ fn check_send(
     message: &mut Message,
     target: Target,
 ) -> Result<Checked, CoreError> {
+    broker.refuse_on_full_disk(message)?;
     match target {
         Target::Queue(queue) => {
             if queue.is_deleted() {
@@ -480,6 +481,8 @@ fn still_valid(broker: &Broker, txn: &Transaction) -> Result<(), TransactionErro
         }
     }
     for send in &txn.sends {
+        // The disk may have filled since the send was added.
+        broker.refuse_on_full_disk(&send.message)?;
         match &send.to {
             Checked::Queue(queue) => {
                 if queue.is_deleted() {

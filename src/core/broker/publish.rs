@@ -175,7 +175,7 @@ impl Broker {
     /// past its limits or the store cannot write: its sender hears why, and
     /// nothing of it is kept. One atomic load while the disk is fine.
     #[inline]
-    fn refuse_on_full_disk(&self, message: &Message) -> Result<(), CoreError> {
+    pub(in crate::core) fn refuse_on_full_disk(&self, message: &Message) -> Result<(), CoreError> {
         match message.durable {
             true => self
                 .inner
