@@ -127,6 +127,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         .with_env_filter(filter)
         .with_target(false)
         .init();
+    memory::tune_allocator();
     let config = match load_config(&args) {
         Ok(config) => config,
         Err(e) => {

@@ -149,7 +149,8 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
             auth,
             authorizer: authorizer(config),
             declared: config.declared_queues(),
-            global_max_size: Some(config.broker().global_max_size),
+            // The store's memory is sized from the same budget and counted in it.
+            global_max_size: Some(StoreMemory::messages_share(config.broker().global_max_size)),
             factories: config
                 .connection_factories()
                 .iter()

@@ -1,10 +1,12 @@
 //! What RocksDB may hold in memory, sized from the broker's memory budget.
 //!
-//! `global_max_size` counts the bytes messages hold in the queues; RocksDB's
-//! write buffers (memtables) and block cache come on top of it. For a small
-//! budget they would be most of the process (48 + 64 MiB against 128 MiB), so
-//! both scale with the budget, between a floor that keeps paging and flushes
-//! efficient and the ceiling a large broker needs.
+//! `global_max_size` bounds the messages in the queues and RocksDB's write
+//! buffers (memtables) and block cache together: the messages get what the
+//! store's share leaves (see [`StoreMemory::messages_share`]), so a queue
+//! paging to disk holds about the limit, not the limit plus RocksDB. For a
+//! small budget the store's memory would be most of the process (48 + 64 MiB
+//! against 128 MiB), so both scale with the budget, between a floor that
+//! keeps paging and flushes efficient and the ceiling a large broker needs.
 
 /// RocksDB's memory: one budget for every column family's memtables, and the
 /// block cache that holds index and filter blocks.
@@ -29,6 +31,23 @@ impl StoreMemory {
             write_buffers: (budget / 8).clamp(WRITE_BUFFERS.0, WRITE_BUFFERS.1),
             block_cache: (budget / 16).clamp(BLOCK_CACHE.0, BLOCK_CACHE.1),
         }
+    }
+
+    /// What RocksDB may hold: the write buffers and the block cache.
+    pub fn total(&self) -> u64 {
+        self.write_buffers + self.block_cache
+    }
+
+    /// The bytes the queues' messages may hold when `global_max_size` is the
+    /// budget of messages and store together: the budget less
+    /// [`total`](Self::total), but at least half of it (the store's floors
+    /// exceed a tiny budget, and a budget of half still bounds the process
+    /// within the budget's order).
+    pub fn messages_share(global_max_size: u64) -> u64 {
+        let store = Self::for_budget(Some(global_max_size)).total();
+        global_max_size
+            .saturating_sub(store)
+            .max(global_max_size / 2)
     }
 
     /// One column family's memtable: at most 16 MiB, so most durable
@@ -68,5 +87,20 @@ mod tests {
         let tiny = StoreMemory::for_budget(Some(MIB));
         assert_eq!(tiny.write_buffers, 16 * MIB);
         assert_eq!(tiny.write_buffer_per_family(), 8 * MIB);
+    }
+
+    #[test]
+    fn messages_get_what_the_store_leaves_of_the_budget() {
+        assert_eq!(
+            StoreMemory::messages_share(512 * MIB),
+            (512 - 48 - 32) * MIB
+        );
+        assert_eq!(StoreMemory::messages_share(128 * MIB), (128 - 16 - 8) * MIB);
+        assert_eq!(
+            StoreMemory::messages_share(2048 * MIB),
+            (2048 - 48 - 64) * MIB
+        );
+        // The store's floors are larger than a tiny budget: half of it.
+        assert_eq!(StoreMemory::messages_share(4 * MIB), 2 * MIB);
     }
 }
