@@ -50,6 +50,14 @@ pub enum Op {
     PurgeQueue {
         queue: u32,
     },
+    /// A claim's record (made or renewed), under its id.
+    PutClaim {
+        id: std::sync::Arc<str>,
+        record: Bytes,
+    },
+    DeleteClaim {
+        id: std::sync::Arc<str>,
+    },
 }
 
 /// Most submissions carry one op; keep that case free of a Vec allocation.
