@@ -608,3 +608,75 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
         json!({"colour": "blue"})
     );
 }
+
+#[test]
+fn a_claim_answered_holds_its_messages_across_kill_9() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.post_messages("held", json!([{"body": "a"}, {"body": "b"}, {"body": "c"}]));
+    let r = z.send(
+        "POST",
+        "/v2/queues/held/claims?limit=2",
+        Some(json!({"ttl": 300, "grace": 60})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    let claimed: Value = r.json().unwrap();
+    let claimed = claimed["messages"].as_array().unwrap().clone();
+    assert_eq!(bodies(&claimed), [json!("a"), json!("b")]);
+    // Renewed, then killed: the renewal is what a restart finds.
+    assert_eq!(
+        z.send("PATCH", &location, Some(json!({"ttl": 600, "grace": 30})))
+            .status(),
+        StatusCode::NO_CONTENT
+    );
+
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    let mut stomp = broker.client();
+    stomp.subscribe("1", "/queue/held", "client");
+    let first = stomp.recv().expect("the unclaimed message");
+    assert_eq!(first.body_text(), "\"c\"");
+    assert!(
+        stomp.recv_timeout(Duration::from_millis(500)).is_none(),
+        "claimed before the kill: still held after it"
+    );
+    stomp.ack_receipted(&first, "first");
+    assert_eq!(stomp.recv().unwrap().header("receipt-id"), Some("first"));
+    let view = z.json("GET", &location, None, StatusCode::OK);
+    assert_eq!(view["ttl"], 600);
+    assert_eq!(view["grace"], 30);
+    let held = view["messages"].as_array().unwrap().clone();
+    assert_eq!(bodies(&held), [json!("a"), json!("b")]);
+    assert_eq!(held[0]["claim_count"], 1, "the claim is still the first");
+    assert_eq!(
+        z.send("POST", "/v2/queues/held/claims", None).status(),
+        StatusCode::NO_CONTENT,
+        "nothing left to claim"
+    );
+    // Deleted through the restored claim: acknowledged.
+    let href = held[0]["href"].as_str().unwrap();
+    assert!(href.contains("claim_id="));
+    assert_eq!(
+        z.send("DELETE", href, None).status(),
+        StatusCode::NO_CONTENT
+    );
+    // Released: the other goes to STOMP, and stays gone after another kill.
+    assert_eq!(
+        z.send("DELETE", &location, None).status(),
+        StatusCode::NO_CONTENT
+    );
+    let got = stomp.recv().expect("released: delivered");
+    assert_eq!(got.body_text(), "\"b\"");
+    stomp.ack_receipted(&got, "acked");
+    assert_eq!(stomp.recv().unwrap().header("receipt-id"), Some("acked"));
+    drop(stomp);
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    assert!(z.list("held", "echo=true&include_claimed=true").is_empty());
+    assert_eq!(
+        z.send("GET", &location, None).status(),
+        StatusCode::NOT_FOUND,
+        "a released claim does not come back"
+    );
+}

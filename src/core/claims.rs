@@ -10,9 +10,16 @@
 //! (Zaqar's `_max_claim_count` and `_dead_letter_queue`). Nothing on the
 //! dispatch path knows about claims.
 //!
-//! A claim lives in memory: after a restart its messages are simply
-//! available again (delivered at least once). What must be durable is: an
-//! acknowledgement through a claim is on disk before it is answered.
+//! A claim is durable: its record (queue, terms, when it ends, the messages
+//! it holds with their delivery counts) is written with the store's group
+//! commit before the claim is answered, written again when it is renewed,
+//! and deleted when it ends. At start, each stored claim takes its messages
+//! back from their queue before anyone consumes, so a restart (or `kill -9`)
+//! hands nothing a claim held to anybody else before the claim ends; one
+//! that ended while the broker was down gives them back at once, its grace
+//! counted from its end. An acknowledgement through a claim is on disk before
+//! it is answered; the claim's record need not change for it (a message no
+//! longer stored is not taken back).
 
 use super::broker::Broker;
 use super::consumer::{ConsumerId, ConsumerOptions, CreditMode, MessageFilter};
@@ -21,6 +28,8 @@ use super::error::CoreError;
 use super::message::{now_ms, Message};
 use super::queue::Queue;
 use super::receipt::Receipt;
+use crate::store::{Op, Store};
+use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -85,7 +94,51 @@ struct Claim {
     messages: BTreeMap<u64, ClaimedMessage>,
 }
 
+/// A claim as stored: JSON, versioned.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct ClaimRecord {
+    version: u8,
+    /// The queue's store id.
+    queue: u32,
+    ttl_ms: u64,
+    grace_ms: u64,
+    created_at: u64,
+    renewed_at: u64,
+    expires_at: u64,
+    /// Sequence and delivery count of each message it held when written.
+    held: Vec<(u64, u32)>,
+}
+
+const RECORD_VERSION: u8 = 1;
+
+impl ClaimRecord {
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        serde_json::from_slice::<ClaimRecord>(bytes)
+            .ok()
+            .filter(|r| r.version == RECORD_VERSION)
+    }
+}
+
 impl Claim {
+    fn record(&self) -> Bytes {
+        let record = ClaimRecord {
+            version: RECORD_VERSION,
+            queue: self.queue.id(),
+            ttl_ms: self.terms.ttl.as_millis() as u64,
+            grace_ms: self.terms.grace.as_millis() as u64,
+            created_at: self.created_at,
+            renewed_at: self.renewed_at,
+            expires_at: self.expires_at,
+            held: self
+                .messages
+                .values()
+                .map(|m| (m.seq, m.delivery_count))
+                .collect(),
+        };
+        // A struct of numbers: serialising it cannot fail.
+        Bytes::from(serde_json::to_vec(&record).unwrap_or_default())
+    }
+
     fn view(&self, id: &Arc<str>) -> ClaimView {
         ClaimView {
             id: id.clone(),
@@ -100,9 +153,12 @@ impl Claim {
 }
 
 /// Every open claim of the broker, by id.
-#[derive(Default)]
 pub struct Claims {
+    /// Each claim's record is written (and deleted) while this lock is
+    /// held, so the store applies one claim's writes in the order they
+    /// were made.
     open: Mutex<HashMap<Arc<str>, Claim>>,
+    store: Store,
     /// The task that ends claims when their ttl is over, while any is open.
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// A claim was made or renewed (or the broker is gone): the watcher
@@ -117,6 +173,28 @@ impl Drop for Claims {
 }
 
 impl Claims {
+    pub fn new(store: Store) -> Self {
+        Claims {
+            open: Mutex::default(),
+            store,
+            watcher: Mutex::default(),
+            changed: Arc::default(),
+        }
+    }
+
+    /// Takes claim `id` out of `open` and deletes its record: nobody waits
+    /// for the delete (a record found at start for a claim that has ended
+    /// ends it again).
+    fn forget(
+        &self,
+        open: &mut HashMap<Arc<str>, Claim>,
+        id: &Arc<str>,
+    ) -> Option<(Claim, Receipt)> {
+        let claim = open.remove(id)?;
+        let deleted = self.store.submit(Op::DeleteClaim { id: id.clone() });
+        Some((claim, Receipt::from(deleted)))
+    }
+
     /// Ends the claims whose ttl is over at `now` (epoch ms); their messages
     /// go back to their queues.
     fn expire(&self, now: u64) {
@@ -127,7 +205,10 @@ impl Claims {
                 .filter(|(_, c)| c.expires_at <= now)
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
+            ids.iter()
+                .filter_map(|id| self.forget(&mut open, id))
+                .map(|(claim, _)| claim)
+                .collect()
         };
         for claim in ended {
             end(claim);
@@ -140,15 +221,42 @@ impl Claims {
     }
 }
 
-/// The claim's consumer leaves: the queue takes back what it still holds.
+/// The claim's ttl is over: its consumer leaves and the queue takes back
+/// what it still holds, each message alive at least `grace` past the end.
 fn end(claim: Claim) {
     let grace = claim.terms.grace.as_millis() as u64;
     if grace > 0 && !claim.messages.is_empty() {
         claim
             .queue
-            .extend_expiry_of(claim.consumer, now_ms().saturating_add(grace));
+            .extend_expiry_of(claim.consumer, claim.expires_at.saturating_add(grace));
     }
     claim.queue.remove_consumer(claim.consumer);
+}
+
+/// A claim's consumer: it takes what it is given credit for, once.
+fn claim_options(filter: Option<Arc<dyn MessageFilter>>) -> ConsumerOptions {
+    ConsumerOptions {
+        credit: CreditMode::Explicit,
+        priority: 0,
+        filter,
+        browse: false,
+    }
+}
+
+/// What a claim's consumer has been handed so far, by sequence.
+fn received(deliveries: &mut Deliveries) -> BTreeMap<u64, ClaimedMessage> {
+    let mut messages = BTreeMap::new();
+    while let Ok(delivery) = deliveries.try_recv() {
+        messages.insert(
+            delivery.seq,
+            ClaimedMessage {
+                seq: delivery.seq,
+                message: delivery.message,
+                delivery_count: delivery.delivery_count,
+            },
+        );
+    }
+    messages
 }
 
 /// A fresh claim id: 128 random bits in hex, so an id from before a restart
@@ -169,40 +277,25 @@ fn new_id() -> Arc<str> {
 impl Broker {
     /// Claims up to `terms.limit` of the messages waiting in `queue` now
     /// (those `filter` accepts, when given). `None` when there was nothing
-    /// to claim: no claim is made.
+    /// to claim: no claim is made. The receipt resolves once the claim's
+    /// record is on disk.
     pub fn claim(
         &self,
         queue: &Arc<Queue>,
         terms: ClaimTerms,
         filter: Option<Arc<dyn MessageFilter>>,
-    ) -> Result<Option<ClaimView>, CoreError> {
+    ) -> Result<Option<(ClaimView, Receipt)>, CoreError> {
         if queue.is_deleted() {
             return Err(CoreError::NotFound(queue.name().to_string()));
         }
         let (sink, mut deliveries) = deliveries::channel();
         let consumer = self.next_consumer_id();
-        let options = ConsumerOptions {
-            credit: CreditMode::Explicit,
-            priority: 0,
-            filter,
-            browse: false,
-        };
-        queue.add_consumer(options, consumer, sink);
+        queue.add_consumer(claim_options(filter), consumer, sink);
         // Dispatch happens under the queue's lock inside these calls: once
         // drained, everything the claim got is in its channel.
         queue.set_credit(consumer, terms.limit);
         queue.drain(consumer);
-        let mut messages = BTreeMap::new();
-        while let Ok(delivery) = deliveries.try_recv() {
-            messages.insert(
-                delivery.seq,
-                ClaimedMessage {
-                    seq: delivery.seq,
-                    message: delivery.message,
-                    delivery_count: delivery.delivery_count,
-                },
-            );
-        }
+        let messages = received(&mut deliveries);
         if messages.is_empty() {
             queue.remove_consumer(consumer);
             return Ok(None);
@@ -220,9 +313,67 @@ impl Broker {
         };
         let id = new_id();
         let view = claim.view(&id);
-        self.claims().open.lock().insert(id, claim);
+        let claims = self.claims();
+        let written = {
+            let mut open = claims.open.lock();
+            let written = claims.store.submit(Op::PutClaim {
+                id: id.clone(),
+                record: claim.record(),
+            });
+            open.insert(id, claim);
+            written
+        };
         self.watch_claims();
-        Ok(Some(view))
+        Ok(Some((view, Receipt::from(written))))
+    }
+
+    /// The claims found in the store take their messages back, before
+    /// anyone consumes (recovery at start); those whose ttl ended while the
+    /// broker was down give them back at once.
+    pub(super) fn restore_claims(&self) -> Result<(), CoreError> {
+        let claims = self.claims().clone();
+        let now = now_ms();
+        let mut restored = 0;
+        for (id, bytes) in claims.store.claims()? {
+            let id: Arc<str> = Arc::from(id);
+            let record = ClaimRecord::decode(&bytes);
+            let queue = record.as_ref().and_then(|r| self.queue_by_id(r.queue));
+            let (Some(record), Some(queue)) = (record, queue) else {
+                // Unreadable, or its queue was deleted: nothing to hold.
+                claims.store.submit_detached(Op::DeleteClaim { id });
+                continue;
+            };
+            let (sink, mut deliveries) = deliveries::channel();
+            let consumer = self.next_consumer_id();
+            queue.add_consumer(claim_options(None), consumer, sink);
+            queue.deliver_these(consumer, &record.held);
+            let claim = Claim {
+                queue,
+                consumer,
+                messages: received(&mut deliveries),
+                _deliveries: deliveries,
+                terms: ClaimTerms {
+                    ttl: Duration::from_millis(record.ttl_ms),
+                    grace: Duration::from_millis(record.grace_ms),
+                    limit: record.held.len() as u32,
+                },
+                created_at: record.created_at,
+                renewed_at: record.renewed_at,
+                expires_at: record.expires_at,
+            };
+            if claim.expires_at <= now {
+                claims.store.submit_detached(Op::DeleteClaim { id });
+                end(claim);
+                continue;
+            }
+            restored += 1;
+            claims.open.lock().insert(id, claim);
+        }
+        if restored > 0 {
+            tracing::info!(claims = restored, "claims restored");
+            self.watch_claims();
+        }
+        Ok(())
     }
 
     /// The claim `id` on the queue named `queue`, while it is open.
@@ -233,7 +384,8 @@ impl Broker {
         (&**claim.queue.name() == queue && claim.expires_at > now).then(|| claim.view(id))
     }
 
-    /// Which open claim holds message `seq` of `queue`, if one does.
+    /// Which open claim is the consumer `consumer` of `queue`, if one is
+    /// (what holds a message in flight to it).
     pub fn claim_holding(&self, queue: &Arc<Queue>, consumer: ConsumerId) -> Option<Arc<str>> {
         let open = self.claims().open.lock();
         open.iter()
@@ -242,59 +394,69 @@ impl Broker {
     }
 
     /// Gives an open claim new terms from now (Zaqar's PATCH of a claim).
+    /// The receipt resolves once its new record is on disk.
     pub fn renew_claim(
         &self,
         queue: &str,
         id: &str,
         ttl: Duration,
         grace: Duration,
-    ) -> Result<(), ClaimError> {
+    ) -> Result<Receipt, ClaimError> {
         let now = now_ms();
-        {
-            let mut open = self.claims().open.lock();
-            let claim = open
-                .get_mut(id)
-                .filter(|c| &**c.queue.name() == queue && c.expires_at > now)
-                .ok_or_else(|| ClaimError::NotFound(id.to_owned()))?;
+        let claims = self.claims();
+        let written = {
+            let mut open = claims.open.lock();
+            let not_found = || ClaimError::NotFound(id.to_owned());
+            let key = open
+                .get_key_value(id)
+                .filter(|(_, c)| &**c.queue.name() == queue && c.expires_at > now)
+                .map(|(key, _)| key.clone())
+                .ok_or_else(not_found)?;
+            let claim = open.get_mut(&key).ok_or_else(not_found)?;
             claim.terms.ttl = ttl;
             claim.terms.grace = grace;
             claim.renewed_at = now;
             claim.expires_at = now.saturating_add(ttl.as_millis() as u64);
-        }
+            claims.store.submit(Op::PutClaim {
+                id: key,
+                record: claim.record(),
+            })
+        };
         self.watch_claims();
-        Ok(())
+        Ok(Receipt::from(written))
     }
 
-    /// Ends a claim now: its messages are available again. False when it
-    /// was not open.
-    pub fn release_claim(&self, queue: &str, id: &str) -> bool {
-        let claim = {
-            let mut open = self.claims().open.lock();
-            match open.get(id) {
-                Some(c) if &**c.queue.name() == queue => open.remove(id),
-                _ => None,
-            }
+    /// Ends a claim now: its messages are available again. `None` when it
+    /// was not open; else the receipt resolves once its record is deleted.
+    pub fn release_claim(&self, queue: &str, id: &str) -> Option<Receipt> {
+        let claims = self.claims();
+        let (claim, deleted) = {
+            let mut open = claims.open.lock();
+            let (id, _) = open
+                .get_key_value(id)
+                .filter(|(_, c)| &**c.queue.name() == queue)?;
+            let id = id.clone();
+            claims.forget(&mut open, &id)?
         };
-        match claim {
-            Some(claim) => {
-                // Released, not expired: the grace is for the end of a ttl.
-                claim.queue.remove_consumer(claim.consumer);
-                true
-            }
-            None => false,
-        }
+        // Released, not expired: the grace is for the end of a ttl.
+        claim.queue.remove_consumer(claim.consumer);
+        Some(deleted)
     }
 
     /// Ends every claim on `queue` (the queue is about to be deleted).
     pub fn release_claims_on(&self, queue: &str) {
+        let claims = self.claims();
         let ended: Vec<Claim> = {
-            let mut open = self.claims().open.lock();
+            let mut open = claims.open.lock();
             let ids: Vec<Arc<str>> = open
                 .iter()
                 .filter(|(_, c)| &**c.queue.name() == queue)
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
+            ids.iter()
+                .filter_map(|id| claims.forget(&mut open, id))
+                .map(|(claim, _)| claim)
+                .collect()
         };
         for claim in ended {
             claim.queue.remove_consumer(claim.consumer);
@@ -416,7 +578,8 @@ mod tests {
         let claim = broker
             .claim(&queue, terms(60_000, 3), None)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(bodies(&claim), ["0", "1", "2"]);
         let (tx, mut rx) = deliveries::channel();
         let _sub = broker
@@ -441,10 +604,15 @@ mod tests {
         let first = broker
             .claim(&queue, terms(60_000, 1), None)
             .unwrap()
-            .unwrap();
-        assert!(broker.release_claim("q", &first.id));
+            .unwrap()
+            .0;
+        assert!(broker.release_claim("q", &first.id).is_some());
         assert!(broker.claim_view("q", &first.id).is_none());
-        let second = broker.claim(&queue, terms(100, 1), None).unwrap().unwrap();
+        let second = broker
+            .claim(&queue, terms(100, 1), None)
+            .unwrap()
+            .unwrap()
+            .0;
         assert_eq!(
             bodies(&second),
             ["a"],
@@ -456,7 +624,8 @@ mod tests {
         let third = broker
             .claim(&queue, terms(60_000, 5), None)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(bodies(&third), ["a", "b"], "expired: redelivered");
     }
 
@@ -466,7 +635,11 @@ mod tests {
         let broker = open(dir.path(), QueueSettings::default());
         put(&broker, "q", "a");
         let queue = broker.queue("q").unwrap();
-        let claim = broker.claim(&queue, terms(200, 1), None).unwrap().unwrap();
+        let claim = broker
+            .claim(&queue, terms(200, 1), None)
+            .unwrap()
+            .unwrap()
+            .0;
         broker
             .renew_claim("q", &claim.id, Duration::from_secs(60), Duration::ZERO)
             .unwrap();
@@ -474,8 +647,10 @@ mod tests {
         let view = broker.claim_view("q", &claim.id).expect("still open");
         assert_eq!(view.ttl, Duration::from_secs(60));
         assert_eq!(
-            broker.renew_claim("other", &claim.id, Duration::from_secs(1), Duration::ZERO),
-            Err(ClaimError::NotFound(claim.id.to_string())),
+            broker
+                .renew_claim("other", &claim.id, Duration::from_secs(1), Duration::ZERO)
+                .err(),
+            Some(ClaimError::NotFound(claim.id.to_string())),
             "a claim is named with its queue"
         );
     }
@@ -491,7 +666,8 @@ mod tests {
             let claim = broker
                 .claim(&queue, terms(60_000, 2), None)
                 .unwrap()
-                .unwrap();
+                .unwrap()
+                .0;
             let seq = claim.messages[0].seq;
             broker
                 .ack_claimed("q", &claim.id, seq)
@@ -506,19 +682,27 @@ mod tests {
                     seq
                 })
             );
-            assert!(broker.release_claim("q", &claim.id));
+            assert!(broker.release_claim("q", &claim.id).is_some());
             let rest = broker
                 .claim(&queue, terms(60_000, 5), None)
                 .unwrap()
-                .unwrap();
+                .unwrap()
+                .0;
             assert_eq!(bodies(&rest), ["kept"]);
+            broker
+                .release_claim("q", &rest.id)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
         }
         let broker = open(dir.path(), QueueSettings::default());
         let queue = broker.queue("q").unwrap();
         let after = broker
             .claim(&queue, terms(60_000, 5), None)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(
             bodies(&after),
             ["kept"],
@@ -541,15 +725,20 @@ mod tests {
             let c = broker
                 .claim(&queue, terms(60_000, 1), None)
                 .unwrap()
-                .unwrap();
-            assert!(broker.release_claim("q", &c.id));
+                .unwrap()
+                .0;
+            assert!(broker.release_claim("q", &c.id).is_some());
         }
         assert!(broker
             .claim(&queue, terms(60_000, 1), None)
             .unwrap()
             .is_none());
         let dlq = broker.queue("dlq").expect("dead-letter queue made");
-        let moved = broker.claim(&dlq, terms(60_000, 1), None).unwrap().unwrap();
+        let moved = broker
+            .claim(&dlq, terms(60_000, 1), None)
+            .unwrap()
+            .unwrap()
+            .0;
         assert_eq!(bodies(&moved), ["poison"]);
     }
 
@@ -591,7 +780,8 @@ mod tests {
         let rest = broker
             .claim(&queue, terms(60_000, 5), None)
             .unwrap()
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(bodies(&rest), ["b"]);
         let listed = queue.peek(0, 10, true);
         assert_eq!(listed.len(), 1);
@@ -602,5 +792,105 @@ mod tests {
                 .as_deref(),
             Some(&*rest.id)
         );
+    }
+
+    #[tokio::test]
+    async fn a_claim_holds_its_messages_across_a_restart_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = {
+            let broker = open(dir.path(), QueueSettings::default());
+            for body in ["a", "b", "c"] {
+                put(&broker, "q", body);
+            }
+            let queue = broker.queue("q").unwrap();
+            let (claim, written) = broker
+                .claim(&queue, terms(60_000, 2), None)
+                .unwrap()
+                .unwrap();
+            written.wait().await.unwrap();
+            broker
+                .renew_claim("q", &claim.id, Duration::from_millis(600), Duration::ZERO)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+            claim.id
+            // Dropped without releasing: as after kill -9, only the store is left.
+        };
+        let broker = open(dir.path(), QueueSettings::default());
+        let queue = broker.queue("q").unwrap();
+        let restored = broker.claim_view("q", &id).expect("restored");
+        assert_eq!(bodies(&restored), ["a", "b"]);
+        assert_eq!(restored.ttl, Duration::from_millis(600), "as renewed");
+        assert_eq!(restored.messages[0].delivery_count, 1);
+        let (other, _) = broker
+            .claim(&queue, terms(60_000, 5), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&other), ["c"], "held ones are not claimed again");
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(broker.claim_view("q", &id).is_none(), "ended at its ttl");
+        let (back, _) = broker
+            .claim(&queue, terms(60_000, 5), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&back), ["a", "b"]);
+        assert_eq!(back.messages[0].delivery_count, 2);
+    }
+
+    #[tokio::test]
+    async fn a_claim_that_ended_while_down_gives_its_messages_back_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = {
+            let broker = open(dir.path(), QueueSettings::default());
+            put(&broker, "q", "a");
+            let queue = broker.queue("q").unwrap();
+            let (claim, written) = broker.claim(&queue, terms(300, 1), None).unwrap().unwrap();
+            written.wait().await.unwrap();
+            claim.id
+            // Gone before its ttl ends: its record is what is left.
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let broker = open(dir.path(), QueueSettings::default());
+        assert!(broker.claim_view("q", &id).is_none());
+        let queue = broker.queue("q").unwrap();
+        let (again, _) = broker
+            .claim(&queue, terms(60_000, 1), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&again), ["a"]);
+        assert_eq!(again.messages[0].delivery_count, 2, "the claim counted");
+        drop((broker, queue));
+        // Its record went with it: a third start finds only the new claim's.
+        let broker = open(dir.path(), QueueSettings::default());
+        assert!(broker.claim_view("q", &id).is_none());
+        assert!(broker.claim_view("q", &again.id).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_released_claim_stays_released_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let broker = open(dir.path(), QueueSettings::default());
+            put(&broker, "q", "a");
+            let queue = broker.queue("q").unwrap();
+            let (claim, _) = broker
+                .claim(&queue, terms(60_000, 1), None)
+                .unwrap()
+                .unwrap();
+            broker
+                .release_claim("q", &claim.id)
+                .unwrap()
+                .wait()
+                .await
+                .unwrap();
+        }
+        let broker = open(dir.path(), QueueSettings::default());
+        let queue = broker.queue("q").unwrap();
+        let (again, _) = broker
+            .claim(&queue, terms(60_000, 1), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(bodies(&again), ["a"]);
     }
 }

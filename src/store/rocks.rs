@@ -18,6 +18,10 @@ use std::sync::Arc;
 pub(super) const CF_MESSAGES: &str = "messages";
 pub(super) const CF_SCHEDULED: &str = "scheduled";
 pub(super) const CF_QUEUES: &str = "queues";
+/// Claims (leases on deliveries) by id: the core's records, opaque here.
+pub(super) const CF_CLAIMS: &str = "claims";
+/// Every column family, in the order they are opened.
+pub(super) const ALL_CFS: [&str; 4] = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES, CF_CLAIMS];
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -180,6 +184,23 @@ impl Store {
                 name,
                 record: Bytes::from(value.into_vec()),
             });
+        }
+        Ok(out)
+    }
+
+    /// Every stored claim record, by id (recovery at start). None from a
+    /// store opened read-only before it had claims.
+    pub fn claims(&self) -> Result<Vec<(String, Bytes)>, StoreError> {
+        let db = self.inner.database.get()?;
+        let Some(cf) = db.cf_handle(CF_CLAIMS) else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for item in db.iterator_cf(cf, IteratorMode::Start) {
+            let (key, value) = item?;
+            let id =
+                String::from_utf8(key.to_vec()).map_err(|_| StoreError::Corrupt(key.to_vec()))?;
+            out.push((id, Bytes::from(value.into_vec())));
         }
         Ok(out)
     }
@@ -390,7 +411,7 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let (pending_compaction_bytes, running_compactions) = match self.inner.database.get() {
             Ok(db) => {
-                let pending = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
+                let pending = ALL_CFS
                     .into_iter()
                     .filter_map(|name| db.cf_handle(name))
                     .filter_map(|cf| {
@@ -522,8 +543,15 @@ fn open_db(dir: &Path, memory: StoreMemory, read_only: bool) -> Result<DB, rocks
     db_options.set_db_write_buffer_size(memory.write_buffers as usize);
     db_options.set_max_total_wal_size(256 << 20);
     let cache = rocksdb::Cache::new_lru_cache(memory.block_cache as usize)?;
-    let cfs = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES]
+    // Read-only, RocksDB cannot create a family a store from before it was
+    // added lacks: open those it has.
+    let existing = match read_only {
+        true => DB::list_cf(&db_options, dir).unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let cfs = ALL_CFS
         .into_iter()
+        .filter(|name| !read_only || existing.iter().any(|e| e == name))
         .map(|name| {
             let mut table = rocksdb::BlockBasedOptions::default();
             table.set_block_cache(&cache);

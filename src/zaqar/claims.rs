@@ -109,9 +109,11 @@ pub async fn create(
         limit,
     };
     let rules = super::metadata::rules(&q);
-    let Some(mut claim) = ctx.broker.claim(&q, terms, None)? else {
+    let Some((mut claim, written)) = ctx.broker.claim(&q, terms, None)? else {
         return Ok(StatusCode::NO_CONTENT.into_response());
     };
+    // Answered once the claim is on disk: a restart keeps what it holds.
+    written.wait().await?;
     // Without a dead-letter queue the count changes nothing (as in Zaqar):
     // a message is never dropped for being claimed often.
     if let (Some(max), Some(_)) = (rules.max_claim_count, &rules.dead_letter_queue) {
@@ -122,7 +124,9 @@ pub async fn create(
         claim.messages = kept;
         dead_letter(&ctx, &weir, &claim.id, &rules, over).await?;
         if claim.messages.is_empty() {
-            ctx.broker.release_claim(&weir, &claim.id);
+            if let Some(deleted) = ctx.broker.release_claim(&weir, &claim.id) {
+                deleted.wait().await?;
+            }
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
     }
@@ -207,7 +211,8 @@ pub async fn renew(
         ));
     }
     let (ttl, grace) = terms_of(&body)?;
-    ctx.broker
+    let written = ctx
+        .broker
         .renew_claim(
             &weir,
             &claim,
@@ -215,12 +220,15 @@ pub async fn renew(
             Duration::from_secs(grace),
         )
         .map_err(|e| ZaqarError::NotFound(e.to_string()))?;
+    written.wait().await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn release(ctx: Ctx, Path((queue, claim)): Path<(String, String)>) -> Result<StatusCode> {
     let weir = ctx.weir_name(&queue)?;
     ctx.may(&weir, Permission::Consume)?;
-    ctx.broker.release_claim(&weir, &claim);
+    if let Some(deleted) = ctx.broker.release_claim(&weir, &claim) {
+        deleted.wait().await?;
+    }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -350,7 +350,9 @@ pub async fn delete_many(
                 limit: n as u32,
             };
             let mut popped = Vec::new();
-            if let Some(claim) = ctx.broker.claim(&q, terms, None)? {
+            // The claim's record is written before the acknowledgements and
+            // deleted after them; the last delete waited for covers all.
+            if let Some((claim, _written)) = ctx.broker.claim(&q, terms, None)? {
                 let mut receipts = Vec::new();
                 for m in &claim.messages {
                     if let Ok(r) = ctx.broker.ack_claimed(&weir, &claim.id, m.seq) {
@@ -362,7 +364,7 @@ pub async fn delete_many(
                         popped.push(shown);
                     }
                 }
-                ctx.broker.release_claim(&weir, &claim.id);
+                receipts.extend(ctx.broker.release_claim(&weir, &claim.id));
                 Receipt::all(receipts).wait().await?;
             }
             Ok(Json(json!({"messages": popped})).into_response())

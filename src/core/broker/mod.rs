@@ -130,6 +130,7 @@ impl Broker {
         let declared_headers = options.declared.iter().flat_map(|(_, s)| &s.delay_headers);
         let delay_header_names =
             DelayHeaderNames::new(options.settings.all_delay_headers().chain(declared_headers));
+        let claims = Arc::new(super::claims::Claims::new(store.clone()));
         let inner = Arc::new_cyclic(|me| Inner {
             settings: options.settings,
             delay_header_names,
@@ -152,7 +153,7 @@ impl Broker {
             memory: Arc::new(Budget::new(options.global_max_size)),
             has_block_queues: AtomicBool::new(false),
             connections: Arc::default(),
-            claims: Arc::default(),
+            claims,
             me: me.clone(),
         });
         let broker = Broker { inner };

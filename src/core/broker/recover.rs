@@ -91,6 +91,9 @@ impl Broker {
                 queue.recover(l.in_memory, l.backlog, l.next_seq);
             }
         }
+        // Claims hold their messages again until they end (after the
+        // messages are back in their queues, before anyone consumes).
+        self.restore_claims()?;
         tracing::info!(
             queues = by_id.len(),
             messages = total,

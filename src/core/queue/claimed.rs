@@ -79,6 +79,43 @@ impl Queue {
             .find(|p| p.seq == seq)
     }
 
+    /// Hands the messages `held` (sequence, deliveries so far) to
+    /// `consumer` as dispatch would, wherever they wait (in memory or paged
+    /// to disk): a claim restored at start takes back what it held. Those
+    /// that are not waiting any more (acknowledged before the restart) are
+    /// skipped. Returns how many it got.
+    pub fn deliver_these(self: &Arc<Self>, consumer: ConsumerId, held: &[(u64, u32)]) -> usize {
+        let mut after = AfterUnlock::default();
+        let mut given = 0;
+        {
+            let mut st = self.state.lock();
+            let Some(index) = st.consumers.index_of(consumer) else {
+                return 0;
+            };
+            for &(seq, delivery_count) in held {
+                let Ok(mut entry) = self.take_entry(&mut st, seq) else {
+                    continue;
+                };
+                // Handing over counts the delivery again.
+                entry.delivery_count = delivery_count.saturating_sub(1);
+                let owned = entry
+                    .lane
+                    .as_ref()
+                    .is_some_and(|l| st.groups.owner(l) == Some(consumer));
+                st.consumers.slot_mut(index).credit += 1;
+                if self.hand_over(&mut st, index, entry, owned, &mut after) {
+                    given += 1;
+                }
+            }
+            if let Some(slot) = st.consumers.get_mut(consumer) {
+                slot.credit = 0;
+            }
+            self.dispatch(&mut st, &mut after);
+        }
+        self.finish(after);
+        given
+    }
+
     /// Gives each delivery `consumer` holds that would expire before
     /// `at_least` (epoch ms) that expiry instead: a claim's grace keeps its
     /// messages alive past the claim's end (in memory; a restart forgets it

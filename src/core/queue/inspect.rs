@@ -6,6 +6,7 @@
 //! by page from disk, never loaded into memory.
 
 use super::effects::AfterUnlock;
+use super::ready::Entry;
 use super::{Move, Queue, State};
 use crate::core::consumer::{ConsumerId, MessageFilter};
 use crate::core::message::Message;
@@ -213,36 +214,23 @@ impl Queue {
     }
 
     fn take_one(&self, st: &mut State, seq: u64) -> Result<Taken, Untaken> {
-        let key = MessageKey {
-            queue: self.id,
+        let entry = self.take_entry(st, seq)?;
+        Ok(Taken {
             seq,
-        };
+            record: entry.persisted.then_some(MessageKey {
+                queue: self.id,
+                seq,
+            }),
+            message: entry.message.clone(),
+        })
+    }
+
+    /// Takes the waiting message `seq` out of wherever it waits: among the
+    /// ready ones, waiting out a redelivery delay, or paged to disk (read
+    /// back; its record stays on disk). One in flight stays with its consumer.
+    pub(super) fn take_entry(&self, st: &mut State, seq: u64) -> Result<Entry, Untaken> {
         if let Some(flight) = st.in_flight.get(&seq) {
             return Err(Untaken::InFlight(seq, flight.consumer));
-        }
-        let ready = st
-            .ready
-            .entries_after(seq.saturating_sub(1))
-            .find(|e| e.seq == seq)
-            .map(|e| st.owner_of(&e.lane));
-        if let Some(owner) = ready {
-            let entry = st.ready.remove(seq, owner).ok_or(Untaken::NotFound(seq))?;
-            return Ok(Taken {
-                seq,
-                record: entry.persisted.then_some(key),
-                message: entry.message.clone(),
-            });
-        }
-        if let Some(entry) = st.waiting.remove(seq) {
-            if let Some(lane) = &entry.lane {
-                let owner = st.owner_of(&entry.lane);
-                st.ready.unhold_lane(lane, owner);
-            }
-            return Ok(Taken {
-                seq,
-                record: entry.persisted.then_some(key),
-                message: entry.message.clone(),
-            });
         }
         if st.backlog.contains(seq) {
             let stored = self.read_paged(seq)?;
@@ -251,11 +239,22 @@ impl Queue {
             if !st.backlog.remove(&lane, seq) {
                 return Err(Untaken::NotFound(seq));
             }
-            return Ok(Taken {
-                seq,
-                record: Some(key),
-                message: Arc::new(stored.message),
-            });
+            return Ok(Entry::stored(seq, stored, lane, &self.memory));
+        }
+        let ready = st
+            .ready
+            .entries_after(seq.saturating_sub(1))
+            .find(|e| e.seq == seq)
+            .map(|e| st.owner_of(&e.lane));
+        if let Some(owner) = ready {
+            return st.ready.remove(seq, owner).ok_or(Untaken::NotFound(seq));
+        }
+        if let Some(entry) = st.waiting.remove(seq) {
+            if let Some(lane) = &entry.lane {
+                let owner = st.owner_of(&entry.lane);
+                st.ready.unhold_lane(lane, owner);
+            }
+            return Ok(entry);
         }
         Err(Untaken::NotFound(seq))
     }

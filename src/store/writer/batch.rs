@@ -8,7 +8,7 @@ use crate::store::held::HeldPut;
 use crate::store::inbox::Submission;
 use crate::store::keys::MessageKey;
 use crate::store::release::Ticket;
-use crate::store::rocks::{CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
+use crate::store::rocks::{CF_CLAIMS, CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
 use rocksdb::{WriteBatch, DB};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -202,6 +202,16 @@ impl Writer {
             Op::DeleteQueue { name } => {
                 if let Some(cf) = cf(CF_QUEUES) {
                     batch.delete_cf(cf, name.as_bytes());
+                }
+            }
+            Op::PutClaim { id, record } => {
+                if let Some(cf) = cf(CF_CLAIMS) {
+                    batch.put_cf(cf, id.as_bytes(), record);
+                }
+            }
+            Op::DeleteClaim { id } => {
+                if let Some(cf) = cf(CF_CLAIMS) {
+                    batch.delete_cf(cf, id.as_bytes());
                 }
             }
             Op::PurgeQueue { queue } => {

@@ -52,6 +52,11 @@ impl Failed {
             },
             Op::DeleteQueue { name } => Op::DeleteQueue { name: name.clone() },
             Op::PurgeQueue { queue } => Op::PurgeQueue { queue: *queue },
+            Op::PutClaim { id, record } => Op::PutClaim {
+                id: id.clone(),
+                record: record.clone(),
+            },
+            Op::DeleteClaim { id } => Op::DeleteClaim { id: id.clone() },
         };
         self.retained.push(Pending::Op(kept));
     }

@@ -19,7 +19,7 @@ use super::held::Held;
 use super::holding::Holding;
 use super::inbox::{Inbox, Submission, Taken, Wait};
 use super::release::{Releases, Ticket};
-use super::rocks::{Database, CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
+use super::rocks::{Database, ALL_CFS, CF_MESSAGES};
 use super::stats::WriterStats;
 use super::StoreError;
 use rocksdb::{WriteBatch, WriteOptions};
@@ -298,7 +298,7 @@ impl Writer {
         let spawned = std::thread::Builder::new()
             .name("weir-store-idle".into())
             .spawn(move || {
-                for name in [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES] {
+                for name in ALL_CFS {
                     if let Some(cf) = db.cf_handle(name) {
                         if let Err(e) = db.flush_cf(&cf) {
                             tracing::warn!(error = %e, cf = name, "idle flush failed");

@@ -55,6 +55,14 @@ pub enum Op {
     /// reader that must see what was submitted before it (the delay schedule's
     /// listing and page-in) waits for one.
     Barrier,
+    /// A claim's record (made or renewed), under its id.
+    PutClaim {
+        id: std::sync::Arc<str>,
+        record: Bytes,
+    },
+    DeleteClaim {
+        id: std::sync::Arc<str>,
+    },
 }
 
 /// Most submissions carry one op; keep that case free of a Vec allocation.
