@@ -236,7 +236,7 @@ fn claims_lease_messages_and_deleting_with_the_claim_acknowledges() {
     let r = z.send(
         "POST",
         "/v2/queues/jobs/claims?limit=2",
-        Some(json!({"ttl": 60, "grace": 30})),
+        Some(json!({"ttl": 60, "grace": 60})),
     );
     assert_eq!(r.status(), StatusCode::CREATED);
     let location = r.headers()["location"].to_str().unwrap().to_owned();
@@ -420,6 +420,7 @@ fn bad_input_gets_zaqar_errors() {
         ("limit=0", json!({})),
         ("", json!({"ttl": 10})),
         ("", json!({"grace": 50000})),
+        ("", json!({"grace": 30})),
     ] {
         let r = z.send(
             "POST",
@@ -626,7 +627,7 @@ fn a_claim_answered_holds_its_messages_across_kill_9() {
     assert_eq!(bodies(&claimed), [json!("a"), json!("b")]);
     // Renewed, then killed: the renewal is what a restart finds.
     assert_eq!(
-        z.send("PATCH", &location, Some(json!({"ttl": 600, "grace": 30})))
+        z.send("PATCH", &location, Some(json!({"ttl": 600, "grace": 90})))
             .status(),
         StatusCode::NO_CONTENT
     );
@@ -645,7 +646,7 @@ fn a_claim_answered_holds_its_messages_across_kill_9() {
     assert_eq!(stomp.recv().unwrap().header("receipt-id"), Some("first"));
     let view = z.json("GET", &location, None, StatusCode::OK);
     assert_eq!(view["ttl"], 600);
-    assert_eq!(view["grace"], 30);
+    assert_eq!(view["grace"], 90);
     let held = view["messages"].as_array().unwrap().clone();
     assert_eq!(bodies(&held), [json!("a"), json!("b")]);
     assert_eq!(held[0]["claim_count"], 1, "the claim is still the first");

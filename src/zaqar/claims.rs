@@ -62,7 +62,7 @@ fn terms_of(body: &[u8]) -> Result<(u64, u64)> {
     let grace = field(
         "grace",
         limits::DEFAULT_CLAIM_GRACE,
-        0,
+        limits::MIN_CLAIM_GRACE,
         limits::MAX_CLAIM_GRACE,
     )?;
     Ok((ttl, grace))

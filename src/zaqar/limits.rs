@@ -7,6 +7,8 @@ pub const MAX_MESSAGE_TTL: u64 = 1_209_600;
 pub const DEFAULT_CLAIM_TTL: u64 = 300;
 pub const DEFAULT_CLAIM_GRACE: u64 = 60;
 pub const MIN_CLAIM_TTL: u64 = 60;
+/// Zaqar refuses a shorter grace with 400 ("must be at least 60 seconds").
+pub const MIN_CLAIM_GRACE: u64 = 60;
 pub const MAX_CLAIM_TTL: u64 = 43_200;
 pub const MAX_CLAIM_GRACE: u64 = 43_200;
 /// Most messages one page, claim or pop may hold.
