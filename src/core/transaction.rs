@@ -204,7 +204,10 @@ impl<K: Hash + Eq> Transactions<K> {
                 max: limits.max_bytes,
             }));
         }
-        match check_send(broker, &mut message, target) {
+        let checked = broker
+            .refuse_on_full_disk(&message)
+            .and_then(|()| check_send(broker, &mut message, target));
+        match checked {
             Ok(to) => {
                 txn.ops += 1;
                 txn.bytes += weight;
@@ -392,13 +395,13 @@ fn release_together(releases: impl IntoIterator<Item = (Arc<Queue>, ConsumerId, 
     }
 }
 
-/// Everything that could refuse a send, checked when it is added.
+/// Everything about its target that could refuse a send, checked when it is
+/// added (the disk is checked once before, whatever the target).
 fn check_send(
     broker: &Broker,
     message: &mut Message,
     target: Target,
 ) -> Result<Checked, CoreError> {
-    broker.refuse_on_full_disk(message)?;
     match target {
         Target::Queue(queue) => {
             if queue.is_deleted() {
