@@ -210,6 +210,22 @@ def test_a_claim_of_only_dead_letters_is_no_claim(zaqar):
     assert moved[0].ttl == 300
 
 
+def test_a_dead_letter_is_not_held_by_the_dead_letter_queues_default_delay(
+        zaqar, client_factory):
+    name, dlq_name = unique("zsrc"), unique("zdlq")
+    dlq = zaqar.queue(dlq_name, force_create=True)
+    dlq.metadata(new_meta={"_default_message_delay": 600})
+    q = zaqar.queue(name, force_create=True)
+    q.metadata(new_meta={"_max_claim_count": 1, "_dead_letter_queue": dlq_name})
+    q.post([{"body": "moved", "ttl": 300}])
+    q.claim(ttl=60, limit=1).delete()
+    assert q.claim(ttl=60, limit=1).id is None
+    assert [m.body for m in dlq.messages(echo=True)] == ["moved"], "due at once"
+    stomp = client_factory()
+    stomp.subscribe(f"/queue/{PROJECT}/{dlq_name}", sub_id="d", ack="client-individual")
+    assert json.loads(stomp.get().body) == "moved"
+
+
 def test_max_claim_count_without_a_dead_letter_queue_changes_nothing(zaqar):
     q = zaqar.queue(unique("zsrc"), force_create=True)
     q.metadata(new_meta={"_max_claim_count": 1})
