@@ -159,14 +159,12 @@ async fn dead_letter(
         };
         let now = now_ms();
         let copies = messages.iter().map(|m| {
-            let mut copy: Message = (*m.message).clone();
-            copy.address = Arc::from(target.as_str());
-            copy.due_at = None;
-            copy.timestamp = now;
-            if let Some(ttl) = rules.dead_letter_queue_messages_ttl {
-                copy.expires_at = Some(now + ttl * 1000);
-            }
-            Arc::new(copy)
+            Arc::new(dead_letter_copy(
+                &m.message,
+                &target,
+                rules.dead_letter_queue_messages_ttl,
+                now,
+            ))
         });
         let mut receipts = Vec::new();
         for r in ctx.broker.publish_all_to(&queue, copies) {
@@ -180,6 +178,24 @@ async fn dead_letter(
         .collect();
     Receipt::all(acks).wait().await?;
     Ok(())
+}
+
+/// The message as the dead-letter queue `target` gets it at `now`. Zaqar
+/// moves it as it is, so it keeps its ttl and age, unless the source's
+/// `_dead_letter_queue_messages_ttl` (`dlq_ttl`) gives it a new ttl from the
+/// move. Due at once: it was due already, and the dead-letter queue's own
+/// default delay is for messages posted to it, not moved there.
+fn dead_letter_copy(message: &Message, target: &str, dlq_ttl: Option<u64>, now: u64) -> Message {
+    let mut copy = message.clone();
+    copy.address = Arc::from(target);
+    copy.due_at = Some(now);
+    if let Some(ttl) = dlq_ttl {
+        copy.timestamp = now;
+        copy.expires_at = Some(now.saturating_add(ttl.saturating_mul(1000)));
+        // The original encoding carries the old expiry.
+        copy.wire = None;
+    }
+    copy
 }
 
 pub async fn get(ctx: Ctx, Path((queue, claim)): Path<(String, String)>) -> Result<Json<Value>> {
@@ -231,4 +247,31 @@ pub async fn release(ctx: Ctx, Path((queue, claim)): Path<(String, String)>) -> 
         deleted.wait().await?;
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn posted(at: u64, ttl: u64) -> Message {
+        let mut m = Message::new(Arc::from("p/src"), Bytes::from_static(b"1"), at);
+        m.expires_at = Some(at + ttl * 1000);
+        m.due_at = Some(at);
+        m
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_its_ttl_and_age_unless_the_queue_sets_one() {
+        let original = posted(1_000_000, 300);
+        let now = 1_005_000;
+        let kept = dead_letter_copy(&original, "p/dlq", None, now);
+        assert_eq!(&*kept.address, "p/dlq");
+        assert_eq!(kept.timestamp, 1_000_000, "age counts from the post");
+        assert_eq!(kept.expires_at, Some(1_300_000), "ttl 300 s, as posted");
+        assert_eq!(kept.due_at, Some(now));
+        let renewed = dead_letter_copy(&original, "p/dlq", Some(120), now);
+        assert_eq!(renewed.timestamp, now);
+        assert_eq!(renewed.expires_at, Some(now + 120_000));
+        assert_eq!(renewed.due_at, Some(now));
+    }
 }

@@ -163,7 +163,10 @@ pub fn rules_of(metadata: &Map<String, Value>) -> Result<QueueRules, ZaqarError>
         let name = dlq.as_str().ok_or_else(|| {
             ZaqarError::BadRequest("The _dead_letter_queue must be a queue name.".into())
         })?;
-        super::names::check_queue_name(name)?;
+        // Named with the key, so the client knows which part was refused.
+        super::names::check_queue_name(name).map_err(|e| {
+            ZaqarError::BadRequest(format!("The _dead_letter_queue is not a queue name: {e}"))
+        })?;
         rules.dead_letter_queue = Some(name.to_owned());
     }
     Ok(rules)
@@ -194,5 +197,26 @@ mod tests {
         assert!(rules_of(&map(json!({"_default_message_delay": 901}))).is_err());
         assert!(rules_of(&map(json!({"_default_message_ttl": 59}))).is_err());
         assert!(rules_of(&map(json!({"_dead_letter_queue": "a/b"}))).is_err());
+    }
+
+    #[test]
+    fn a_refused_reserved_value_names_its_key() {
+        for (key, bad) in [
+            ("_dead_letter_queue", json!("a/b")),
+            ("_dead_letter_queue", json!(5)),
+            ("_dead_letter_queue_messages_ttl", json!(59)),
+            ("_max_claim_count", json!(0)),
+            ("_max_messages_post_size", json!(262_145)),
+            ("_default_message_ttl", json!("60")),
+        ] {
+            let mut metadata = Map::new();
+            metadata.insert(key.to_owned(), bad.clone());
+            match rules_of(&metadata) {
+                Err(ZaqarError::BadRequest(why)) => {
+                    assert!(why.contains(key), "{key}={bad}: {why}")
+                }
+                other => panic!("{key}={bad}: {other:?}"),
+            }
+        }
     }
 }
