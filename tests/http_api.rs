@@ -406,6 +406,62 @@ fn queues_are_created_purged_and_deleted_by_managers_only() {
     );
 }
 
+/// The sample of a per-queue metric for `queue`.
+fn queue_sample(metrics: &str, name: &str, queue: &str) -> f64 {
+    sample(metrics, &format!("{name}{{queue=\"{queue}\"}}"))
+}
+
+#[test]
+fn the_dispatch_gate_is_shown_and_exported() {
+    let config = format!(
+        "{CONFIG}\n[[queues]]\nname = \"gated\"\nconsumers_before_dispatch = 2\ndelay_before_dispatch = \"60s\"\n"
+    );
+    let (_dir, broker, api) = start(Some(&config));
+    let gate = || api.json("/api/queues/gated")["dispatch_gate"].clone();
+    let open = || {
+        let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+        queue_sample(&metrics, "weir_queue_dispatch_gate_open", "gated")
+    };
+    // No consumer: the delay has not started.
+    assert_eq!(gate()["state"], "waiting_for_consumers");
+    assert_eq!(gate()["opens_in_ms"], Value::Null);
+    assert_eq!(open(), 0.0);
+
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted("/queue/gated", "held", &[], "r1");
+    let mut first = login(&broker, "dev");
+    first.subscribe("1", "/queue/gated", "auto");
+    let g = gate();
+    assert_eq!(g["state"], "waiting_for_delay", "{g}");
+    let left = g["opens_in_ms"].as_u64().expect("a time left");
+    assert!((1..=60_000).contains(&left), "{g}");
+    assert_eq!(open(), 0.0);
+    assert!(first.recv_timeout(Duration::from_millis(200)).is_none());
+
+    // The second consumer opens it; it stays open when one of the two leaves.
+    let mut second = login(&broker, "dev");
+    second.subscribe("2", "/queue/gated", "auto");
+    assert_eq!(gate()["state"], "open");
+    assert_eq!(gate()["opens_in_ms"], Value::Null);
+    assert_eq!(open(), 1.0);
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.json("/api/queues/gated")["consumers"] != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(api.json("/api/queues/gated")["consumers"], 1);
+    assert_eq!(gate()["state"], "open");
+    assert_eq!(open(), 1.0);
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.json("/api/queues/gated")["consumers"] != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Everyone left: the next consumers wait again.
+    assert_eq!(gate()["state"], "waiting_for_consumers");
+    assert_eq!(open(), 0.0);
+}
+
 #[test]
 fn a_paused_queue_keeps_its_messages_until_resumed() {
     let (_dir, broker, api) = start(Some(CONFIG));
