@@ -3,24 +3,11 @@
 
 mod common;
 
-use common::{BrokerProcess, Stomp};
+use common::{users_config, BrokerProcess, Stomp};
 use serde_json::Value;
 use std::process::{Command, Output};
 
-const CONFIG: &str = r##"
-[[users]]
-name = "admin"
-password = "pw"
-roles = ["ops"]
-
-[[users]]
-name = "auditor"
-password = "pw"
-roles = ["audit"]
-
-[security]
-login_failure_delay = "0"
-
+const PERMISSIONS: &str = r##"
 [security.permissions."#"]
 send = ["ops"]
 consume = ["ops"]
@@ -30,6 +17,11 @@ create_durable_queue = ["ops"]
 manage = ["ops"]
 view = ["audit"]
 "##;
+
+/// The users (password `pw`, one role each) and [`PERMISSIONS`].
+fn config() -> String {
+    users_config(&[("admin", "ops"), ("auditor", "audit")]) + PERMISSIONS
+}
 
 /// Runs `weir admin ARGS` as `user` against the broker.
 fn admin(broker: &BrokerProcess, user: &str, args: &[&str]) -> Output {
@@ -75,7 +67,7 @@ fn row(table: &str, first: &str) -> Vec<String> {
 #[test]
 fn queues_are_listed_moved_purged_and_clients_seen() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
     let mut client = Stomp::connect(
         broker.stomp,
         &[
@@ -237,7 +229,7 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
 #[test]
 fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
     let mut producer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
     for body in ["a", "b", "c"] {
         producer.send_receipted(
@@ -317,7 +309,7 @@ fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
 fn the_schedule_is_edited_from_the_cli_and_the_edits_are_kept() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
     let mut producer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
     let sent = Instant::now();
     for (name, delay) in [

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{free_port, BrokerProcess, Stomp};
+use common::{free_port, users_config, BrokerProcess, Stomp};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -14,25 +14,7 @@ use std::time::{Duration, Instant};
 
 /// admin (ops) may manage; auditor (audit) may only view; dev (dev) may send and consume
 /// but not look.
-const CONFIG: &str = r##"
-[[users]]
-name = "admin"
-password = "pw"
-roles = ["ops"]
-
-[[users]]
-name = "auditor"
-password = "pw"
-roles = ["audit"]
-
-[[users]]
-name = "dev"
-password = "pw"
-roles = ["dev"]
-
-[security]
-login_failure_delay = "0"
-
+const PERMISSIONS: &str = r##"
 [security.permissions."#"]
 send = ["ops", "dev"]
 consume = ["ops", "dev"]
@@ -44,6 +26,11 @@ delete_non_durable_queue = ["ops"]
 manage = ["ops"]
 view = ["audit"]
 "##;
+
+/// The users (password `pw`, one role each) and [`PERMISSIONS`].
+fn config() -> String {
+    users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
+}
 
 struct Api {
     base: String,
@@ -117,7 +104,7 @@ fn login(broker: &BrokerProcess, user: &str) -> Stomp {
 
 #[test]
 fn health_answers_without_a_login() {
-    let (_dir, _broker, api) = start(Some(CONFIG));
+    let (_dir, _broker, api) = start(Some(&config()));
     for path in ["/health/live", "/health/ready"] {
         assert_eq!(api.get(path, None).status(), StatusCode::OK, "{path}");
     }
@@ -125,7 +112,7 @@ fn health_answers_without_a_login() {
 
 #[test]
 fn logins_are_required_and_checked() {
-    let (_dir, _broker, api) = start(Some(CONFIG));
+    let (_dir, _broker, api) = start(Some(&config()));
     let r = api.call("PUT", "/api/queues/q", Some("admin"));
     assert_eq!(r.status(), StatusCode::CREATED);
     // A list shows only the queues the caller may view: none for dev.
@@ -165,7 +152,7 @@ fn logins_are_required_and_checked() {
 
 #[test]
 fn the_broker_describes_itself() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let info = api.json("/api/broker");
     assert_eq!(info["version"], env!("CARGO_PKG_VERSION"));
     assert!(info["uptime_seconds"].as_f64().unwrap() > 0.0);
@@ -183,7 +170,7 @@ fn the_broker_describes_itself() {
 
 #[test]
 fn queue_counts_follow_stomp_traffic() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     for i in 0..5 {
         producer.send_receipted("/queue/orders", &format!("m{i}"), &[], &format!("r{i}"));
@@ -253,7 +240,7 @@ fn sample(metrics: &str, name: &str) -> f64 {
 
 #[test]
 fn durable_sends_show_in_the_store_metrics() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     for i in 0..3 {
         producer.send_receipted(
@@ -288,7 +275,7 @@ fn durable_sends_show_in_the_store_metrics() {
 
 #[test]
 fn queue_lists_page_and_filter() {
-    let (_dir, _broker, api) = start(Some(CONFIG));
+    let (_dir, _broker, api) = start(Some(&config()));
     for name in ["a.1", "a.2", "a.3", "b.1", "a.4"] {
         let r = api.call("PUT", &format!("/api/queues/{name}"), Some("admin"));
         assert_eq!(r.status(), StatusCode::CREATED, "{name}");
@@ -316,7 +303,7 @@ fn queue_lists_page_and_filter() {
 
 #[test]
 fn unknown_queues_and_paths_are_404() {
-    let (_dir, _broker, api) = start(Some(CONFIG));
+    let (_dir, _broker, api) = start(Some(&config()));
     assert_error(
         api.get("/api/queues/nope", Some("admin")),
         StatusCode::NOT_FOUND,
@@ -342,7 +329,7 @@ fn unknown_queues_and_paths_are_404() {
 
 #[test]
 fn queues_are_created_purged_and_deleted_by_managers_only() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     assert_error(
         api.call("PUT", "/api/queues/jobs", Some("auditor")),
         StatusCode::FORBIDDEN,
@@ -406,9 +393,66 @@ fn queues_are_created_purged_and_deleted_by_managers_only() {
     );
 }
 
+/// The sample of a per-queue metric for `queue`.
+fn queue_sample(metrics: &str, name: &str, queue: &str) -> f64 {
+    sample(metrics, &format!("{name}{{queue=\"{queue}\"}}"))
+}
+
+#[test]
+fn the_dispatch_gate_is_shown_and_exported() {
+    let config = format!(
+        "{}\n[[queues]]\nname = \"gated\"\nconsumers_before_dispatch = 2\ndelay_before_dispatch = \"60s\"\n",
+        config()
+    );
+    let (_dir, broker, api) = start(Some(&config));
+    let gate = || api.json("/api/queues/gated")["dispatch_gate"].clone();
+    let open = || {
+        let metrics = api.get("/metrics", Some("auditor")).text().unwrap();
+        queue_sample(&metrics, "weir_queue_dispatch_gate_open", "gated")
+    };
+    // No consumer: the delay has not started.
+    assert_eq!(gate()["state"], "waiting_for_consumers");
+    assert_eq!(gate()["opens_in_ms"], Value::Null);
+    assert_eq!(open(), 0.0);
+
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted("/queue/gated", "held", &[], "r1");
+    let mut first = login(&broker, "dev");
+    first.subscribe("1", "/queue/gated", "auto");
+    let g = gate();
+    assert_eq!(g["state"], "waiting_for_delay", "{g}");
+    let left = g["opens_in_ms"].as_u64().expect("a time left");
+    assert!((1..=60_000).contains(&left), "{g}");
+    assert_eq!(open(), 0.0);
+    assert!(first.recv_timeout(Duration::from_millis(200)).is_none());
+
+    // The second consumer opens it; it stays open when one of the two leaves.
+    let mut second = login(&broker, "dev");
+    second.subscribe("2", "/queue/gated", "auto");
+    assert_eq!(gate()["state"], "open");
+    assert_eq!(gate()["opens_in_ms"], Value::Null);
+    assert_eq!(open(), 1.0);
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.json("/api/queues/gated")["consumers"] != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(api.json("/api/queues/gated")["consumers"], 1);
+    assert_eq!(gate()["state"], "open");
+    assert_eq!(open(), 1.0);
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while api.json("/api/queues/gated")["consumers"] != 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Everyone left: the next consumers wait again.
+    assert_eq!(gate()["state"], "waiting_for_consumers");
+    assert_eq!(open(), 0.0);
+}
+
 #[test]
 fn a_paused_queue_keeps_its_messages_until_resumed() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut consumer = login(&broker, "dev");
     consumer.subscribe("1", "/queue/work", "auto");
     let r = api.call("POST", "/api/queues/work/pause", Some("admin"));
@@ -461,7 +505,7 @@ fn anonymous_access_beyond_loopback_is_refused_at_start() {
 
 #[test]
 fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut client = Stomp::connect(
         broker.stomp,
         &[
@@ -529,7 +573,7 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
 /// one edited.
 #[test]
 fn the_schedule_is_listed_and_edited_live() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     for body in ["cancel-me", "now", "edit-me", "soon"] {
         producer.send_receipted(
@@ -731,7 +775,7 @@ impl Api {
 
 #[test]
 fn queue_settings_change_at_run_time_and_survive_a_restart() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     producer.send_receipted("/queue/orders", "first", &[], "r1");
     let before = api.json("/api/queues/orders");
@@ -807,7 +851,7 @@ fn queue_settings_change_at_run_time_and_survive_a_restart() {
 
 #[test]
 fn queue_settings_changes_are_checked() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     producer.send_receipted("/queue/orders", "m", &[], "r1");
     let path = "/api/queues/orders";

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{BrokerProcess, Stomp};
+use common::{users_config, BrokerProcess, Stomp};
 use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -15,25 +15,7 @@ use std::time::{Duration, Instant};
 /// admin (ops) may manage; auditor (audit) may only view; dev (dev) may send and consume
 /// but not look. `orders` gives up on a message after one failed delivery, to
 /// `orders.dlq`; `deep` and `orders.dlq` page past five messages.
-const CONFIG: &str = r##"
-[[users]]
-name = "admin"
-password = "pw"
-roles = ["ops"]
-
-[[users]]
-name = "auditor"
-password = "pw"
-roles = ["audit"]
-
-[[users]]
-name = "dev"
-password = "pw"
-roles = ["dev"]
-
-[security]
-login_failure_delay = "0"
-
+const PERMISSIONS: &str = r##"
 [security.permissions."#"]
 send = ["ops", "dev"]
 consume = ["ops", "dev"]
@@ -56,6 +38,11 @@ max_memory_messages = 5
 name = "deep"
 max_memory_messages = 5
 "##;
+
+/// The users (password `pw`, one role each) and [`PERMISSIONS`].
+fn config() -> String {
+    users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
+}
 
 struct Api {
     base: String,
@@ -126,7 +113,7 @@ fn assert_error(r: Response, status: StatusCode, code: &str) {
 
 fn start() -> (tempfile::TempDir, BrokerProcess, Api) {
     let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
     let api = Api::new(broker.http.expect("HTTP listener"));
     (dir, broker, api)
 }

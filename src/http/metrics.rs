@@ -270,7 +270,7 @@ fn queues(out: &mut String, caller: &Caller) {
         queues.len(),
     );
     type Pick = fn(&QueueSample) -> u64;
-    let families: [(&str, &str, &str, Pick); 16] = [
+    let families: [(&str, &str, &str, Pick); 17] = [
         (
             "weir_queue_ready_messages",
             "gauge",
@@ -330,6 +330,12 @@ fn queues(out: &mut String, caller: &Caller) {
             "gauge",
             "1 while dispatch is paused by management.",
             |q| u64::from(q.stats.paused),
+        ),
+        (
+            "weir_queue_dispatch_gate_open",
+            "gauge",
+            "0 while dispatch waits for consumers_before_dispatch or delay_before_dispatch, else 1.",
+            |q| u64::from(q.stats.gate == crate::core::queue::GateState::Open),
         ),
         (
             "weir_queue_enqueued_messages_total",

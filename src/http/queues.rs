@@ -5,7 +5,7 @@ use super::error::ApiError;
 use super::query::{number, pairs};
 use super::queue_settings::settings_json;
 use crate::core::manage::Created;
-use crate::core::queue::{Queue, QueueStats, Totals};
+use crate::core::queue::{GateState, Queue, QueueStats, Totals};
 use crate::core::security::Permission;
 use crate::core::settings::QueueSettings;
 use crate::core::Broker;
@@ -32,6 +32,8 @@ pub struct QueuePage {
 pub struct QueueInfo {
     name: String,
     paused: bool,
+    /// Whether dispatch waits for `consumers_before_dispatch` / `delay_before_dispatch`.
+    dispatch_gate: GateInfo,
     messages: Counts,
     /// Bytes the queue's messages hold in memory.
     memory_bytes: u64,
@@ -47,6 +49,26 @@ pub struct QueueInfo {
     /// Messages per second lately (averaged since the previous reading of this
     /// queue, at least a second before).
     rates: RatesInfo,
+}
+
+#[derive(Serialize, Debug, PartialEq)]
+struct GateInfo {
+    /// `open`, `waiting_for_consumers` or `waiting_for_delay`.
+    state: &'static str,
+    /// While waiting for the delay: how long until it opens the gate anyway.
+    opens_in_ms: Option<u64>,
+}
+
+impl From<GateState> for GateInfo {
+    fn from(gate: GateState) -> Self {
+        GateInfo {
+            state: gate.name(),
+            opens_in_ms: match gate {
+                GateState::WaitingForDelay { remaining_ms } => Some(remaining_ms),
+                GateState::Open | GateState::WaitingForConsumers => None,
+            },
+        }
+    }
 }
 
 #[derive(Serialize, Default)]
@@ -111,6 +133,7 @@ impl QueueInfo {
         QueueInfo {
             name: name.to_owned(),
             paused: s.paused,
+            dispatch_gate: s.gate.into(),
             messages: Counts {
                 ready: s.ready + s.paged,
                 in_memory: s.ready,
@@ -290,5 +313,36 @@ mod tests {
         }
         let q = list_query(None).unwrap();
         assert_eq!((q.offset, q.limit, q.name), (0, DEFAULT_LIMIT, None));
+    }
+
+    #[test]
+    fn the_dispatch_gate_shows_its_state_and_when_its_delay_opens_it() {
+        let info = |gate| {
+            let stats = QueueStats {
+                gate,
+                ..QueueStats::default()
+            };
+            let q = QueueInfo::from_parts(
+                "q",
+                0,
+                stats,
+                Totals::default(),
+                &QueueSettings::default(),
+                vec![],
+            );
+            serde_json::to_value(&q).unwrap()["dispatch_gate"].clone()
+        };
+        assert_eq!(
+            info(GateState::Open),
+            serde_json::json!({"state": "open", "opens_in_ms": null})
+        );
+        assert_eq!(
+            info(GateState::WaitingForConsumers),
+            serde_json::json!({"state": "waiting_for_consumers", "opens_in_ms": null})
+        );
+        assert_eq!(
+            info(GateState::WaitingForDelay { remaining_ms: 250 }),
+            serde_json::json!({"state": "waiting_for_delay", "opens_in_ms": 250})
+        );
     }
 }

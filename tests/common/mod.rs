@@ -23,6 +23,20 @@ pub struct BrokerProcess {
     config: Option<PathBuf>,
 }
 
+/// A config's `[[users]]`, one a `(name, role)` pair, each with the password
+/// `pw`, and `[security]` with no delay after a failed login: the users the
+/// whole-broker tests log in as. Permissions follow, per test file.
+pub fn users_config(users: &[(&str, &str)]) -> String {
+    let mut config = String::new();
+    for (name, role) in users {
+        config.push_str(&format!(
+            "\n[[users]]\nname = \"{name}\"\npassword = \"pw\"\nroles = [\"{role}\"]\n"
+        ));
+    }
+    config.push_str("\n[security]\nlogin_failure_delay = \"0\"\n");
+    config
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -16,6 +16,33 @@ pub struct DispatchGate {
     paused: bool,
 }
 
+/// Where the gate stands, for operators: whether dispatch waits for it. A
+/// management pause is reported apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GateState {
+    /// Dispatch runs: the queue has no gate, or it opened (by the count or
+    /// the delay) and stays open until every consumer has left.
+    #[default]
+    Open,
+    /// Fewer consumers than `consumers_before_dispatch`, and no delay running:
+    /// no consumer yet, or `delay_before_dispatch = -1`.
+    WaitingForConsumers,
+    /// Fewer consumers than the count; the delay from the first consumer's
+    /// arrival opens the gate anyway in `remaining_ms`.
+    WaitingForDelay { remaining_ms: u64 },
+}
+
+impl GateState {
+    /// The name the management API and the docs use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GateState::Open => "open",
+            GateState::WaitingForConsumers => "waiting_for_consumers",
+            GateState::WaitingForDelay { .. } => "waiting_for_delay",
+        }
+    }
+}
+
 /// How long to wait for enough consumers: `None` without a time limit.
 fn dispatch_delay(settings: &QueueSettings) -> Option<Duration> {
     settings.delay_before_dispatch
@@ -87,6 +114,25 @@ impl DispatchGate {
 
     pub fn is_paused(&self) -> bool {
         self.paused
+    }
+
+    /// Where the gate stands at `now` with `consumers` attached, as
+    /// [`DispatchGate::allows`] would find it (a count reached or a delay run
+    /// out opens it at the queue's next look), without opening it.
+    pub fn state(&self, settings: &QueueSettings, consumers: usize, now: Instant) -> GateState {
+        let count = settings.consumers_before_dispatch as usize;
+        if self.open || count == 0 || consumers >= count {
+            return GateState::Open;
+        }
+        match (dispatch_delay(settings), self.first_at) {
+            (Some(delay), Some(first)) => match (first + delay).checked_duration_since(now) {
+                Some(left) if !left.is_zero() => GateState::WaitingForDelay {
+                    remaining_ms: (left.as_millis() as u64).max(1),
+                },
+                _ => GateState::Open,
+            },
+            _ => GateState::WaitingForConsumers,
+        }
     }
 
     /// Whether dispatch may run with `consumers` attached. A pause does not
@@ -186,6 +232,48 @@ mod tests {
         // Open with nothing to dispatch yet, so one leaving does not close it.
         assert_eq!(gate.reconfigured(&old, &new, 2, Instant::now()), None);
         assert!(gate.allows(&new, 1));
+    }
+
+    #[test]
+    fn the_state_names_what_dispatch_waits_for() {
+        let now = Instant::now();
+        let mut gate = DispatchGate::default();
+        let s = settings(2, Some(Duration::from_secs(10)));
+        // No consumer yet: no delay runs.
+        assert_eq!(gate.state(&s, 0, now), GateState::WaitingForConsumers);
+        gate.consumer_added(&s, 1, now);
+        assert_eq!(
+            gate.state(&s, 1, now + Duration::from_secs(4)),
+            GateState::WaitingForDelay {
+                remaining_ms: 6_000
+            }
+        );
+        // The delay ran out: open at the next look, and the look opens it.
+        assert_eq!(
+            gate.state(&s, 1, now + Duration::from_secs(10)),
+            GateState::Open
+        );
+        // Without a time limit it waits for the count.
+        let mut gate = DispatchGate::default();
+        let forever = settings(2, None);
+        gate.consumer_added(&forever, 1, now);
+        assert_eq!(
+            gate.state(&forever, 1, now + Duration::from_secs(3_600)),
+            GateState::WaitingForConsumers
+        );
+        gate.consumer_added(&forever, 2, now);
+        // Open stays open when one of the two leaves, and closes when both have.
+        assert_eq!(gate.state(&forever, 1, now), GateState::Open);
+        gate.all_consumers_left();
+        assert_eq!(gate.state(&forever, 0, now), GateState::WaitingForConsumers);
+        // No gate: open. A pause is not the gate's state.
+        let mut none = DispatchGate::default();
+        none.pause(true);
+        assert_eq!(none.state(&settings(0, None), 0, now), GateState::Open);
+        assert_eq!(
+            GateState::WaitingForConsumers.name(),
+            "waiting_for_consumers"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ mod settle;
 
 pub use claimed::Peeked;
 pub use counters::{Rates, Totals};
+pub use gate::GateState;
 pub use inspect::{MessagePage, MessageState, QueuedMessage, Taken, Untaken};
 pub use overview::{ConsumerInfo, GroupInfo};
 pub use pending_acks::PendingAcks;
@@ -87,6 +88,8 @@ pub struct QueueStats {
     pub held_sends: usize,
     /// Dispatch to consumers is paused (management API).
     pub paused: bool,
+    /// The dispatch gate (`consumers_before_dispatch`, `delay_before_dispatch`).
+    pub gate: GateState,
 }
 
 struct InFlight {
@@ -315,6 +318,11 @@ impl Queue {
             groups: st.groups.len(),
             held_sends: st.flow.len(),
             paused: st.gate.is_paused(),
+            gate: st.gate.state(
+                &st.settings,
+                st.consumers.active(),
+                std::time::Instant::now(),
+            ),
         }
     }
 

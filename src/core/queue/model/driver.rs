@@ -386,21 +386,35 @@ impl Driver {
     }
 
     /// The message of `op` stamped at `now`, and what the model is told of
-    /// it: a delay over the maximum clamped, if the queue clamps (due at the
-    /// earliest time the core can have made it).
+    /// it, its due time as [`Driver::due`] makes it for a send that ended by `now`.
     fn message(&self, id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         let (mut sent, message) = message(id, op, now);
-        sent.due = self.delay_of(op).map(|d| now + d);
-        if self.clamp_delays && self.may_be_over_max_delay(op) {
-            sent.due = Some(now + self.max_delay);
-        }
+        sent.due = self.due(op, now, now);
         (sent, message)
+    }
+
+    /// When `op`, stamped at `now` and taken by the core by `hi`, falls due.
+    /// Its own delay is stamped on the message (`due_at`): exact. A delay the
+    /// core resolves (the queue's default, a delay property, a delay over the
+    /// maximum clamped, if the queue clamps) runs from the core's clock
+    /// reading during the call, so from some moment in `now..=hi`.
+    fn due(&self, op: &SendOp, now: Ms, hi: Ms) -> Option<Span> {
+        let delay = self.delay_of(op)?;
+        let (delay, measured) = if self.clamp_delays && self.may_be_over_max_delay(op) {
+            (self.max_delay, true)
+        } else {
+            (delay, op.delay_ms.is_none())
+        };
+        Some(Span {
+            lo: now + delay,
+            hi: if measured { hi } else { now } + delay,
+        })
     }
 
     fn send(&mut self, op: &SendOp) -> Step {
         let id = self.model.message_count();
         let now = now_ms();
-        let (sent, message) = self.message(id, op, now);
+        let (mut sent, message) = self.message(id, op, now);
         let rt = self.rt();
         let _entered = rt.enter();
         let queue = self.queue();
@@ -443,6 +457,7 @@ impl Driver {
             }
             Ok(_) => {}
         }
+        sent.due = self.due(op, now, hi);
         self.trace(|| format!("  sent m{id}: {sent:?}"));
         self.model.send(sent, Span { lo, hi });
         self.drain(lo)?;
@@ -519,7 +534,7 @@ impl Driver {
                 Ok(()) => {
                     ops += 1;
                     bytes += weight;
-                    sent.push(s);
+                    sent.push((s, send, now));
                 }
                 Err(_) if refused => doomed = true,
                 Err(TransactionError::Core(CoreError::DelayTooLong { .. })) if refusable => {
@@ -660,7 +675,7 @@ impl Driver {
         if committed {
             for &(cid, id, _) in settled.iter().filter(|(_, _, ack)| !ack) {
                 self.held.remove(&id);
-                self.model.settle(cid, id, Settle::Failed, lo);
+                self.model.settle(cid, id, Settle::Failed, Span { lo, hi });
             }
             let mut acked: Vec<Cid> = Vec::new();
             for &(cid, _, ack) in &settled {
@@ -671,10 +686,12 @@ impl Driver {
             for cid in acked {
                 for &(_, id, _) in settled.iter().filter(|(c, _, ack)| *c == cid && *ack) {
                     self.held.remove(&id);
-                    self.model.settle(cid, id, Settle::Ack, lo);
+                    self.model.settle(cid, id, Settle::Ack, Span { lo, hi });
                 }
             }
-            for s in sent {
+            for (mut s, send, now) in sent {
+                // Its delay was resolved by the commit's end at the latest.
+                s.due = self.due(send, now, hi);
                 self.model.send(s, Span { lo, hi });
             }
         } else {
@@ -682,7 +699,7 @@ impl Driver {
             // came back already when its consumer left.
             for &(cid, id, _) in settled.iter().filter(|(c, _, _)| Some(*c) != gone) {
                 self.held.remove(&id);
-                self.model.settle(cid, id, Settle::Failed, lo);
+                self.model.settle(cid, id, Settle::Failed, Span { lo, hi });
             }
         }
         self.drain(lo)?;
@@ -706,12 +723,15 @@ impl Driver {
         let rt = self.rt();
         let _entered = rt.enter();
         let lo = now_ms();
-        self.model.subscribe(cid, spec, lo);
         let core = self.core();
         let subscription = core
             .broker
             .subscribe(QUEUE, RoutingType::Anycast, options, core.sink.clone())
             .map_err(|e| broken(format!("subscribe refused: {e}")))?;
+        // Told after the call (what it delivered waits in the channel): the
+        // gate's delay runs from the core's clock reading during it.
+        let hi = now_ms();
+        self.model.subscribe(cid, spec, Span { lo, hi });
         self.by_core_id.insert(subscription.consumer(), cid);
         self.trace(|| format!("  c{cid} is consumer {}", subscription.consumer()));
         self.subs.push(Sub {
@@ -755,7 +775,6 @@ impl Driver {
         let rt = self.rt();
         let _entered = rt.enter();
         let lo = now_ms();
-        self.model.settle(cid, id, how, lo);
         let queue = &delivery.queue;
         let result = match how {
             Settle::Ack => queue.ack(delivery.consumer, &[delivery.seq]).map(|_| ()),
@@ -769,6 +788,9 @@ impl Driver {
                 "c{cid} could not settle m{id} ({how:?}): {e}"
             )));
         }
+        // Told after the call: a redelivery delay runs from the core's clock
+        // reading during it.
+        self.model.settle(cid, id, how, Span { lo, hi: now_ms() });
         self.drain(lo)?;
         Ok(())
     }
@@ -843,6 +865,7 @@ impl Driver {
             },
             |_| Ok(()),
         );
+        let hi = now_ms();
         let written = match changed {
             Ok((_, written)) => written,
             Err(e) => return Err(broken(format!("settings change refused: {e}"))),
@@ -856,7 +879,7 @@ impl Driver {
                 max_delivery_attempts: change.max_delivery_attempts,
                 group_rebalance: change.group_rebalance,
             },
-            lo,
+            Span { lo, hi },
             timers_ran,
         );
         if let Some(d) = change.default_message_delay {
@@ -978,8 +1001,8 @@ impl Driver {
         for id in self.model.in_flight_of(sub.cid) {
             self.held.remove(&id);
         }
-        self.model.close(sub.cid, lo);
         drop(sub.subscription);
+        self.model.close(sub.cid, Span { lo, hi: now_ms() });
         self.drain(lo)?;
         Ok(())
     }
@@ -1179,7 +1202,10 @@ fn message(id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         durable: op.durable,
         color: op.color,
         priority: op.priority,
-        due: op.delay_ms.map(|d| now + d),
+        due: op.delay_ms.map(|d| Span {
+            lo: now + d,
+            hi: now + d,
+        }),
         expires: op.ttl_ms.map(|t| now + t),
     };
     let message = Message {
@@ -1187,7 +1213,7 @@ fn message(id: MsgId, op: &SendOp, now: Ms) -> (Sent, Message) {
         body: bytes::Bytes::from(id.to_string()),
         group_id: sent.group.clone(),
         group_seq: op.closes_group.then_some(-1),
-        due_at: sent.due,
+        due_at: op.delay_ms.map(|d| now + d),
         expires_at: sent.expires,
         durable: op.durable,
         priority: op.priority,

@@ -17,6 +17,14 @@
 //! it holds for the whole span with `EPS` to spare, and an obligation (must
 //! have been delivered by now) only for deadlines `SLACK` before the queue was
 //! seen idle. Nothing near a deadline is ever called a bug.
+//!
+//! A deadline the core sets from its own clock reading (a delay it measures
+//! itself, a redelivery delay, the gate's delay from the first consumer) is
+//! known only to lie within the span of the call that set it, so it is kept
+//! as a [`Span`]: its `lo` for what may not happen before it (early
+//! delivery), its `hi` for what must have happened after it (a message owed
+//! to an idle consumer) and for what it makes inevitable (a message that
+//! expires before it can be due goes to the expiry address).
 
 use crate::core::grouping::GroupTable;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -110,7 +118,7 @@ fn fail(invariant: Invariant, detail: String) -> Check {
 }
 
 /// When something happened: at some moment within `lo..=hi`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub lo: Ms,
     pub hi: Ms,
@@ -160,7 +168,10 @@ pub struct Sent {
     pub color: i64,
     /// 0-9, higher first among ungrouped messages.
     pub priority: u8,
-    pub due: Option<Ms>,
+    /// When it falls due: the core measures a delay it resolves itself (the
+    /// queue's default, a delay property, a clamp) from its own clock during
+    /// the send, so only within a span.
+    pub due: Option<Span>,
     pub expires: Option<Ms>,
 }
 
@@ -197,10 +208,10 @@ pub enum Settle {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Place {
-    /// In the queue, available from `not_before` (due time, redelivery delay).
-    /// `since` is the event at which it came (back).
+    /// In the queue, available from some moment in `not_before` (due time,
+    /// redelivery delay). `since` is the event at which it came (back).
     Held {
-        not_before: Option<Ms>,
+        not_before: Option<Span>,
         since: u64,
     },
     InFlight {
@@ -298,7 +309,8 @@ pub struct Model {
     /// Paused by management: nothing is dispatched to consumers (browsers
     /// still see the queue) until it is resumed. Stored: a restart keeps it.
     dispatch_paused: bool,
-    first_attach: Option<Ms>,
+    /// When the first consumer of this round attached (the gate's delay runs from it).
+    first_attach: Option<Span>,
     event: u64,
     sends: u64,
 }
@@ -353,12 +365,12 @@ impl Model {
     /// The latest time any held message becomes available or expires: after
     /// it nothing in the queue is waiting for the clock.
     pub fn last_deadline(&self) -> Ms {
-        let mut last =
-            self.first_attach.unwrap_or(0) + self.settings.delay_before_dispatch.unwrap_or(0);
+        let mut last = self.first_attach.map_or(0, |f| f.hi)
+            + self.settings.delay_before_dispatch.unwrap_or(0);
         for m in &self.msgs {
             if let Place::Held { not_before, .. } = m.place {
                 last = last
-                    .max(not_before.unwrap_or(0))
+                    .max(not_before.map_or(0, |nb| nb.hi))
                     .max(m.sent.expires.unwrap_or(0));
             }
         }
@@ -369,8 +381,8 @@ impl Model {
         let lane = sent.group.as_ref().and_then(|g| self.lanes.lane_of(g));
         let arrival = match sent.due {
             Some(due) => Arrival {
-                lo: due,
-                hi: due.saturating_add(DUE_LATENESS),
+                lo: due.lo,
+                hi: due.hi.saturating_add(DUE_LATENESS),
                 order: None,
             },
             None => {
@@ -406,7 +418,8 @@ impl Model {
         self.consumers.iter().filter(|(_, c)| !c.spec.browser)
     }
 
-    pub fn subscribe(&mut self, cid: Cid, spec: ConsumerSpec, now: Ms) {
+    /// `cid` attached some time in `at`.
+    pub fn subscribe(&mut self, cid: Cid, spec: ConsumerSpec, at: Span) {
         let attached = self.tick();
         let browser = spec.browser;
         let credit = match spec.credit {
@@ -414,7 +427,7 @@ impl Model {
             CreditKind::Explicit => 0,
         };
         if !browser && self.active().count() == 0 {
-            self.first_attach = Some(now);
+            self.first_attach = Some(at);
         }
         self.consumers.insert(
             cid,
@@ -422,7 +435,7 @@ impl Model {
                 spec,
                 credit,
                 attached,
-                attached_at: now,
+                attached_at: at.lo,
                 shown: BTreeSet::new(),
             },
         );
@@ -462,18 +475,22 @@ impl Model {
         self.dispatch_paused = paused;
     }
 
-    /// When the gate opens: `Some(0)` open now, `Some(t)` at t, `None` not by time.
-    fn gate_opens_at(&self) -> Option<Ms> {
+    /// When the gate opens: `Some` span of 0 open now, `Some(t)` within t,
+    /// `None` not by time.
+    fn gate_opens_at(&self) -> Option<Span> {
         if self.settings.consumers_before_dispatch == 0 || self.gate_opened {
-            return Some(0);
+            return Some(Span { lo: 0, hi: 0 });
         }
         match (self.first_attach, self.settings.delay_before_dispatch) {
-            (Some(first), Some(delay)) => Some(first + delay),
+            (Some(first), Some(delay)) => Some(Span {
+                lo: first.lo + delay,
+                hi: first.hi + delay,
+            }),
             _ => None,
         }
     }
 
-    /// Management changed settings at `now` (read before the call); `None`
+    /// Management changed settings some time in `at`; `None`
     /// leaves one as it is. Exclusive on: the consumer the queue would move to
     /// takes it; off: everyone receives. The gate: a queue that was
     /// dispatching goes on (a gate whose delay ran out before `timers_ran`,
@@ -481,7 +498,7 @@ impl Model {
     /// it); one that was waiting waits under the new rule, and opens at once
     /// if enough consumers are attached. Group rebalancing turned on
     /// rebalances now.
-    pub fn reconfigure(&mut self, change: &ModelChange, now: Ms, timers_ran: Ms) {
+    pub fn reconfigure(&mut self, change: &ModelChange, at: Span, timers_ran: Ms) {
         let s = &mut self.settings;
         if let Some(exclusive) = change.exclusive {
             s.exclusive = exclusive;
@@ -513,8 +530,10 @@ impl Model {
         let count = self.settings.consumers_before_dispatch;
         if active > 0 {
             match old_opening {
-                Some(at) if at > 0 && at + SLACK <= timers_ran => self.gate_opened = true,
-                Some(at) if change.gate.is_some() && at > 0 && at <= now + EPS => {
+                Some(opens) if opens.hi > 0 && opens.hi + SLACK <= timers_ran => {
+                    self.gate_opened = true
+                }
+                Some(opens) if change.gate.is_some() && opens.hi > 0 && opens.lo <= at.hi + EPS => {
                     self.gate_unknown = true
                 }
                 _ => {}
@@ -526,7 +545,7 @@ impl Model {
                 if active >= count as usize {
                     self.gate_opened = true;
                 } else {
-                    self.first_attach = self.first_attach.or(Some(now));
+                    self.first_attach = self.first_attach.or(Some(at));
                 }
             }
         }
@@ -632,10 +651,13 @@ impl Model {
             }
         };
         if let Some(nb) = not_before {
-            if span.hi + EPS < nb {
+            if span.hi + EPS < nb.lo {
                 return fail(
                     Invariant::Early,
-                    format!("m{id} delivered to c{cid} at {} ms, due at {nb}", span.hi),
+                    format!(
+                        "m{id} delivered to c{cid} at {} ms, due at {}..={}",
+                        span.hi, nb.lo, nb.hi
+                    ),
                 );
             }
         }
@@ -683,7 +705,7 @@ impl Model {
         }
         match self.gate_opens_at() {
             _ if self.gate_unknown => {}
-            Some(at) if at <= span.hi + EPS => {}
+            Some(at) if at.lo <= span.hi + EPS => {}
             at => {
                 return fail(
                     Invariant::DispatchGate,
@@ -829,7 +851,7 @@ impl Model {
                 ),
             );
         };
-        if not_before.is_some_and(|nb| span.hi + EPS < nb) {
+        if not_before.is_some_and(|nb| span.hi + EPS < nb.lo) {
             return fail(
                 Invariant::Browser,
                 format!("browser c{cid} shown m{id} before it is available ({not_before:?})"),
@@ -875,8 +897,8 @@ impl Model {
         Ok(())
     }
 
-    /// `cid` settles `id` (which it holds); `now` is read before the call.
-    pub fn settle(&mut self, cid: Cid, id: MsgId, how: Settle, now: Ms) {
+    /// `cid` settles `id` (which it holds) some time in `at`.
+    pub fn settle(&mut self, cid: Cid, id: MsgId, how: Settle, at: Span) {
         let since = self.tick();
         self.msgs[id].returned |= how != Settle::Ack;
         if let Some(c) = self.consumers.get_mut(&cid) {
@@ -886,7 +908,7 @@ impl Model {
         }
         match how {
             Settle::Ack => self.msgs[id].place = Place::Acked,
-            Settle::Failed => self.return_failed(id, now, since),
+            Settle::Failed => self.return_failed(id, at, since),
             Settle::Unused => {
                 let m = &mut self.msgs[id];
                 m.count = m.count.saturating_sub(1);
@@ -931,8 +953,9 @@ impl Model {
             })
     }
 
-    /// A failed attempt (NACK, consumer close, connection drop).
-    fn return_failed(&mut self, id: MsgId, now: Ms, since: u64) {
+    /// A failed attempt (NACK, consumer close, connection drop) some time in
+    /// `at`: the core times the redelivery delay from its own clock then.
+    fn return_failed(&mut self, id: MsgId, at: Span, since: u64) {
         let max = self.settings.max_delivery_attempts;
         let delay = self.redelivery_delay(self.msgs[id].count);
         let m = &mut self.msgs[id];
@@ -941,7 +964,10 @@ impl Model {
             Place::DeadLettered
         } else {
             Place::Held {
-                not_before: (delay > 0).then_some(now + delay),
+                not_before: (delay > 0).then_some(Span {
+                    lo: at.lo + delay,
+                    hi: at.hi + delay,
+                }),
                 since,
             }
         };
@@ -956,8 +982,8 @@ impl Model {
         (grown as Ms).min(s.max_redelivery_delay.max(s.redelivery_delay))
     }
 
-    /// `cid` detaches (closed, or its connection dropped); `now` is read before.
-    pub fn close(&mut self, cid: Cid, now: Ms) {
+    /// `cid` detaches (closed, or its connection dropped) some time in `at`.
+    pub fn close(&mut self, cid: Cid, at: Span) {
         let since = self.tick();
         let Some(gone) = self.consumers.remove(&cid) else {
             return;
@@ -967,7 +993,7 @@ impl Model {
         }
         self.owners.retain(|_, owner| *owner != cid);
         for id in self.in_flight_of(cid) {
-            self.return_failed(id, now, since);
+            self.return_failed(id, at, since);
         }
         if self.exclusive == Some(cid) {
             self.exclusive = self.first_active();
@@ -1025,11 +1051,14 @@ impl Model {
                 format!("m{id} reached the expiry address while {:?}", m.place),
             );
         };
-        // Expired now, or certain to be before it could be delivered.
+        // Expired now, or certain to be before it could be delivered: due at
+        // or after its expiry, by the core's clock, which read the due time
+        // some time in `nb` (a message that expires exactly as it falls due
+        // is never delivered).
         let never_deliverable = m
             .sent
             .expires
-            .is_some_and(|e| e <= span.hi + EPS || not_before.is_some_and(|nb| e <= nb));
+            .is_some_and(|e| e <= span.hi + EPS || not_before.is_some_and(|nb| e <= nb.hi + EPS));
         if !never_deliverable {
             return fail(
                 Invariant::Expired,
@@ -1059,7 +1088,7 @@ impl Model {
     fn surely_available(&self, m: &Msg, idle_from: Ms, now: Ms) -> bool {
         match m.place {
             Place::Held { not_before, .. } => {
-                not_before.is_none_or(|nb| nb + SLACK <= idle_from) && m.surely_live(now)
+                not_before.is_none_or(|nb| nb.hi + SLACK <= idle_from) && m.surely_live(now)
             }
             _ => false,
         }
@@ -1093,7 +1122,7 @@ impl Model {
             && !self.gate_unknown
             && self
                 .gate_opens_at()
-                .is_some_and(|at| at == 0 || at + SLACK <= idle_from);
+                .is_some_and(|at| at.hi == 0 || at.hi + SLACK <= idle_from);
         if !gate_open || (self.settings.exclusive && self.exclusive != Some(cid)) {
             return None;
         }
@@ -1108,7 +1137,7 @@ impl Model {
             // An expired message leaves its lane when the queue meets it: a
             // returned one waiting out its redelivery delay still holds its
             // group until then.
-            let waiting = not_before.is_some_and(|nb| nb + SLACK > idle_from);
+            let waiting = not_before.is_some_and(|nb| nb.hi + SLACK > idle_from);
             if m.surely_expired(idle_from) && !waiting {
                 continue;
             }
@@ -1145,7 +1174,7 @@ impl Model {
                     continue;
                 };
                 let owed = since < b.attached
-                    && not_before.is_none_or(|nb| nb + SLACK <= b.attached_at)
+                    && not_before.is_none_or(|nb| nb.hi + SLACK <= b.attached_at)
                     && m.surely_live(now)
                     && b.spec.selector.is_none_or(|s| s == m.sent.color)
                     && !b.shown.contains(&id);

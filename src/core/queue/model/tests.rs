@@ -1088,3 +1088,77 @@ fn a_returned_message_may_pass_older_ones_on_disk_on_an_exclusive_queue() {
     });
     holds(&case, &ops);
 }
+
+#[test]
+fn a_message_the_broker_finds_due_after_its_expiry_goes_to_the_expiry_address() {
+    // Found under CPU load ("Expired: m3 reached the expiry address before
+    // its expiry"): the queue's default delay runs from the broker's clock
+    // reading when it takes the message, a moment after the sender stamped
+    // the ttl. A ttl one millisecond over the delay then ends at or before
+    // the due time whenever the millisecond turns during the send, and the
+    // message is never delivered (README: a message whose ttl ends before it
+    // is due). Many sends, so that some cross a millisecond.
+    let case = CaseSettings {
+        default_message_delay: Duration::from_millis(13),
+        ..plain()
+    };
+    let mut ops = vec![consumer(100, 0)];
+    ops.extend((0..40).map(|_| send_with(None, |s| s.ttl_ms = Some(14))));
+    ops.push(Op::Advance { ms: 30 });
+    holds(&case, &ops);
+}
+
+#[test]
+fn the_model_keeps_a_deadline_the_broker_measured_as_a_span() {
+    use super::reference::{Model, Sent, Span};
+    let case = CaseSettings {
+        default_message_delay: Duration::from_millis(13),
+        ..plain()
+    };
+    let sent = |expires| Sent {
+        group: None,
+        closes_group: false,
+        durable: false,
+        color: 0,
+        priority: 4,
+        // Sent in 1_000..=1_007: the broker read its clock in there.
+        due: Some(Span {
+            lo: 1_013,
+            hi: 1_020,
+        }),
+        expires,
+    };
+    let mut model = Model::new(driver::model_settings(&case));
+    let spec = match consumer(1, 0) {
+        Op::Subscribe { spec, .. } => spec,
+        _ => unreachable!("consumer builds a Subscribe"),
+    };
+    model.subscribe(1, spec, Span { lo: 990, hi: 991 });
+    // Due at 1_014 or later by the broker's clock: it may expire unseen.
+    let expired = model.send(
+        sent(Some(1_014)),
+        Span {
+            lo: 1_000,
+            hi: 1_007,
+        },
+    );
+    model
+        .expired(
+            expired,
+            Span {
+                lo: 1_007,
+                hi: 1_008,
+            },
+        )
+        .expect("due at or after its expiry");
+    // Not owed to the idle consumer before the latest moment it can fall due.
+    model.send(
+        sent(None),
+        Span {
+            lo: 1_000,
+            hi: 1_007,
+        },
+    );
+    model.check_idle(1_018, 1_019).expect("not surely due yet");
+    assert!(model.check_idle(1_030, 1_031).is_err(), "owed by then");
+}
