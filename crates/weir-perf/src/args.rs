@@ -79,13 +79,25 @@ pub struct PerfArgs {
     /// AMQP: producers send pre-settled (fire and forget, no dispositions).
     #[arg(long)]
     pub amqp_settled: bool,
-    /// User to log in as: STOMP login header; AMQP SASL PLAIN (else EXTERNAL with a
-    /// client certificate, else ANONYMOUS).
-    #[arg(long)]
+    /// User to log in as: STOMP login header; AMQP SASL PLAIN unless
+    /// --sasl-mechanism says otherwise. With no login: EXTERNAL with a client
+    /// certificate, else ANONYMOUS.
+    #[arg(long, visible_alias = "user")]
     pub login: Option<String>,
-    /// Password of --login (STOMP passcode header, SASL PLAIN).
-    #[arg(long)]
+    /// Password of --login: the STOMP passcode header, SASL PLAIN
+    /// or SCRAM.
+    #[arg(long, visible_alias = "password")]
     pub passcode: Option<String>,
+    /// AMQP: the SASL mechanism for --login (default PLAIN). SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 never send the password and check the broker's signature; the
+    /// run stops if the broker does not offer the mechanism.
+    #[arg(long, value_enum, ignore_case = true, requires = "login")]
+    pub sasl_mechanism: Option<SaslMechanism>,
+    /// Instead of a load run, open N connections one after another, each logging in
+    /// (AMQP: SASL, open, begin; STOMP: CONNECT) and closing, and report logins per
+    /// second and the time of one login.
+    #[arg(long, value_name = "N", conflicts_with_all = ["messages", "duration", "sink_stomp", "sink_amqp"])]
+    pub logins: Option<u64>,
     /// STOMP host header (the virtual host; RabbitMQ wants "/").
     #[arg(long, default_value = "/")]
     pub vhost: String,
@@ -133,6 +145,27 @@ impl AckMode {
             AckMode::Auto => "auto",
             AckMode::Client => "client",
             AckMode::Individual => "client-individual",
+        }
+    }
+}
+
+/// A SASL mechanism `weir perf` can log in with, given a user and password.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SaslMechanism {
+    #[value(name = "PLAIN")]
+    Plain,
+    #[value(name = "SCRAM-SHA-256")]
+    ScramSha256,
+    #[value(name = "SCRAM-SHA-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            SaslMechanism::Plain => "PLAIN",
+            SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
+            SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
         }
     }
 }

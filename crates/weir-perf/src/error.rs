@@ -1,5 +1,6 @@
 //! Errors of the load generator and the sink.
 
+use crate::client::amqp::ScramError;
 use std::io;
 use std::path::PathBuf;
 use weir_wire::amqp::AmqpCodecError;
@@ -13,8 +14,25 @@ pub enum PerfError {
     Stomp(#[from] StompError),
     #[error("AMQP: {0}")]
     Amqp(#[from] AmqpCodecError),
-    #[error("SASL authentication failed (or no mechanism we can use)")]
-    AuthFailed,
+    #[error("SASL authentication failed: the broker answered {outcome} to {mechanism} as {user}")]
+    AuthFailed {
+        mechanism: &'static str,
+        /// The user, quoted, or how we logged in without one.
+        user: String,
+        outcome: &'static str,
+    },
+    #[error("SASL: the broker offers no mechanism we can use here (it offers {offered}; give --login/--passcode, or --tls-cert for EXTERNAL)")]
+    NoMechanism { offered: String },
+    #[error("SASL: the broker does not offer {wanted} (it offers {offered})")]
+    MechanismNotOffered {
+        wanted: &'static str,
+        offered: String,
+    },
+    #[error("SASL {mechanism}: {source}")]
+    Scram {
+        mechanism: &'static str,
+        source: ScramError,
+    },
     #[error("the broker answered ERROR: {0}")]
     Broker(String),
     #[error("the broker closed the connection")]

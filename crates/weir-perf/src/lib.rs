@@ -6,6 +6,7 @@ pub mod args;
 pub mod client;
 pub mod clock;
 pub mod error;
+pub mod logins;
 pub mod run;
 pub mod sink;
 pub mod stats;
@@ -59,6 +60,18 @@ pub fn main(args: PerfArgs) -> ExitCode {
                 return ExitCode::from(EXIT_ERROR);
             }
             return ExitCode::SUCCESS;
+        }
+        if let Some(count) = args.logins {
+            return match run::logins(&args, count).await {
+                Ok(summary) => {
+                    println!("{}", summary.to_json());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("weir perf: {e}");
+                    ExitCode::from(EXIT_ERROR)
+                }
+            };
         }
         match run::load(&args).await {
             Ok(summary) => {

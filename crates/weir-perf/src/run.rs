@@ -10,6 +10,7 @@ use super::client::stomp::{
 use super::client::{Publisher, Stamp, Subscriber};
 use super::clock::Clock;
 use super::error::PerfError;
+use super::logins::LoginSummary;
 use super::stats::{self, q, ConsumerStats, Summary};
 use super::transport::{Peer, TlsFiles};
 use bytes::Bytes;
@@ -233,10 +234,15 @@ struct Setup {
     delay_us: Option<u64>,
 }
 
-/// Runs the load described by `args` and returns its summary.
-pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
-    validate(args)?;
+/// Where to connect and as whom, from the flags.
+fn connection(args: &PerfArgs) -> Result<(Endpoint, Peer, Login), PerfError> {
     let endpoint = Endpoint::parse(&args.url)?;
+    if endpoint.protocol == Protocol::Stomp && args.sasl_mechanism.is_some() {
+        return Err(PerfError::BadArg {
+            flag: "--sasl-mechanism",
+            why: "AMQP only: STOMP logs in with the login and passcode headers",
+        });
+    }
     let tls = TlsFiles {
         ca: args.tls_ca.clone(),
         cert: args.tls_cert.clone(),
@@ -244,15 +250,35 @@ pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
         server_name: args.tls_server_name.clone(),
     };
     let peer = Peer::new(&endpoint.authority, endpoint.tls, &tls)?;
-    let destination = Destination::from_args(args)?;
-    let clock = Clock::start();
-    // Unique enough to tell this run's messages from leftovers of earlier runs.
-    let run_id = clock.now_us() ^ (u64::from(std::process::id()) << 40);
     let login = Login {
         login: args.login.clone(),
         passcode: args.passcode.clone(),
         vhost: args.vhost.clone(),
+        mechanism: args.sasl_mechanism,
     };
+    Ok((endpoint, peer, login))
+}
+
+/// `--logins N`: N logins one after another, and their rate.
+pub async fn logins(args: &PerfArgs, count: u64) -> Result<LoginSummary, PerfError> {
+    if count == 0 {
+        return Err(PerfError::BadArg {
+            flag: "--logins",
+            why: "at least one login",
+        });
+    }
+    let (endpoint, peer, login) = connection(args)?;
+    super::logins::run(args, &endpoint, &peer, &login, count).await
+}
+
+/// Runs the load described by `args` and returns its summary.
+pub async fn load(args: &PerfArgs) -> Result<Summary, PerfError> {
+    validate(args)?;
+    let (endpoint, peer, login) = connection(args)?;
+    let destination = Destination::from_args(args)?;
+    let clock = Clock::start();
+    // Unique enough to tell this run's messages from leftovers of earlier runs.
+    let run_id = clock.now_us() ^ (u64::from(std::process::id()) << 40);
     let subscribe = SubscribeSettings {
         destination: destination.clone(),
         ack: args.ack,

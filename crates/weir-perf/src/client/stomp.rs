@@ -5,7 +5,7 @@
 //! [`StompCodec`], whose header values are slices of the read buffer.
 
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
-use crate::args::{AckMode, Destination};
+use crate::args::{AckMode, Destination, SaslMechanism};
 use crate::error::PerfError;
 use crate::transport::{Peer, ReadHalf, WriteHalf};
 use bytes::{BufMut, Bytes, BytesMut};
@@ -19,12 +19,27 @@ use weir_wire::write_parts::{WriteParts, SHARE_FROM};
 /// How long to wait for CONNECTED, a subscription's or a send's receipt.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Credentials and virtual host for CONNECT.
+/// Credentials and virtual host for CONNECT (and AMQP's SASL mechanism).
 #[derive(Debug, Clone, Default)]
 pub struct Login {
     pub login: Option<String>,
     pub passcode: Option<String>,
     pub vhost: String,
+    /// AMQP only: the SASL mechanism for `login` (PLAIN when not given).
+    pub mechanism: Option<SaslMechanism>,
+}
+
+/// Connects, logs in and disconnects: one login of `weir perf --logins`.
+pub async fn login_once(peer: &Peer, login: &Login) -> Result<(), PerfError> {
+    let mut conn = Connection::open(peer, login).await?;
+    conn.encode(Frame::new(Command::Disconnect).with_header("receipt", "bye"))?;
+    conn.flush().await?;
+    // The receipt says the broker is done with us; then the socket closes.
+    let answer = conn.answer().await?;
+    if answer.command != Command::Receipt {
+        return Err(PerfError::Unexpected(answer.command.as_str()));
+    }
+    Ok(())
 }
 
 /// One STOMP connection: the frame reader, the socket's write half and a write

@@ -10,7 +10,7 @@
 
 use super::stomp::{Login, SendSettings, SubscribeSettings};
 use super::{headers, Delivery, Publisher, Stamp, Subscriber};
-use crate::args::{AckMode, Destination};
+use crate::args::{AckMode, Destination, SaslMechanism};
 use crate::error::PerfError;
 pub(super) use crate::transport::Peer;
 use crate::transport::Stream;
@@ -27,15 +27,18 @@ use weir_wire::amqp::types::{code, encode, Descriptor};
 use weir_wire::amqp::{
     map_get, AmqpFrame, AmqpFrameCodec, Attach, Begin, Close, DeliveryState, Disposition, Flow,
     Frame, Header, Inbound, Message, MessageView, Open, Outbound, Performative, ProtocolHeader,
-    ReceiverSettleMode, Role, SaslCode, SaslFrame, SaslInit, SenderSettleMode, Source, Str, Symbol,
-    Target, TargetKind, Transfer, Value,
+    ReceiverSettleMode, Role, SaslCode, SaslFrame, SaslInit, SaslResponse, SenderSettleMode,
+    Source, Str, Symbol, Target, TargetKind, Transfer, Value,
 };
 use weir_wire::write_parts::{WriteParts, SHARE_FROM};
 
 mod publisher;
+mod scram;
 mod subscriber;
 
 pub use publisher::AmqpPublisher;
+pub use scram::ScramError;
+use scram::{ScramClient, ScramHash, ServerCheck};
 pub use subscriber::AmqpSubscriber;
 
 /// How long to wait for the broker's half of the handshake and attach.
@@ -108,15 +111,8 @@ impl Connection {
             SaslFrame::Mechanisms(m) => m.mechanisms,
             _ => return Err(PerfError::Unexpected("SASL frame (wanted sasl-mechanisms)")),
         };
-        let init = sasl_init(&offered, login, peer.certified())?;
-        self.framed
-            .send(Outbound::Frame(Frame::Sasl(SaslFrame::Init(init))))
-            .await?;
-        match self.sasl().await? {
-            SaslFrame::Outcome(o) if o.code == SaslCode::Ok => {}
-            SaslFrame::Outcome(_) => return Err(PerfError::AuthFailed),
-            _ => return Err(PerfError::Unexpected("SASL frame (wanted sasl-outcome)")),
-        }
+        let start = sasl_init(&offered, login, peer.certified())?;
+        self.sasl_exchange(start).await?;
         self.framed.codec_mut().expect_header();
         self.framed
             .feed(Outbound::Header(ProtocolHeader::AMQP))
@@ -168,6 +164,67 @@ impl Connection {
             other => return Err(PerfError::Unexpected(other.name())),
         }
         Ok(())
+    }
+
+    /// Sends sasl-init and answers challenges until the outcome. SCRAM: the
+    /// server-first challenge gets the proof; the server's signature comes in the
+    /// outcome's additional data (or, from some brokers, in one more challenge answered
+    /// with an empty response) and must be right.
+    async fn sasl_exchange(&mut self, start: SaslStart) -> Result<(), PerfError> {
+        let SaslStart {
+            init,
+            mechanism,
+            user,
+            scram,
+        } = start;
+        let scram_error = |source| PerfError::Scram { mechanism, source };
+        self.framed
+            .send(Outbound::Frame(Frame::Sasl(SaslFrame::Init(init))))
+            .await?;
+        let mut stage = match scram {
+            Some(client) => Scram::First(client),
+            None => Scram::Done,
+        };
+        let outcome = loop {
+            let challenge = match self.sasl().await? {
+                SaslFrame::Outcome(o) => break o,
+                SaslFrame::Challenge(c) => c.challenge,
+                _ => return Err(PerfError::Unexpected("SASL frame (wanted sasl-outcome)")),
+            };
+            let response = match std::mem::replace(&mut stage, Scram::Done) {
+                Scram::First(client) => {
+                    let (last, check) = client.client_final(&challenge).map_err(scram_error)?;
+                    stage = Scram::Final(check);
+                    Bytes::from(last)
+                }
+                Scram::Final(check) => {
+                    check.verify(&challenge).map_err(scram_error)?;
+                    Bytes::new()
+                }
+                Scram::Done => return Err(PerfError::Unexpected("sasl-challenge")),
+            };
+            self.framed
+                .send(Outbound::Frame(Frame::Sasl(SaslFrame::Response(
+                    SaslResponse { response },
+                ))))
+                .await?;
+        };
+        if outcome.code != SaslCode::Ok {
+            return Err(PerfError::AuthFailed {
+                mechanism,
+                user,
+                outcome: outcome_name(outcome.code),
+            });
+        }
+        match stage {
+            Scram::Final(check) => check
+                .verify(outcome.additional_data.as_deref().unwrap_or_default())
+                .map_err(scram_error),
+            Scram::First(_) => Err(PerfError::Unexpected(
+                "sasl-outcome ok before the SCRAM exchange",
+            )),
+            Scram::Done => Ok(()),
+        }
     }
 
     async fn expect_header(&mut self, want: ProtocolHeader) -> Result<(), PerfError> {
@@ -354,41 +411,132 @@ fn broker_error(what: &str, error: Option<&weir_wire::amqp::AmqpError>) -> PerfE
     })
 }
 
-/// PLAIN with --login/--passcode, else EXTERNAL when a client certificate is shown (its
-/// user is the one the certificate names), else ANONYMOUS.
-fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslInit, PerfError> {
+/// The first SASL frame and what the rest of the exchange needs.
+struct SaslStart {
+    init: SaslInit,
+    mechanism: &'static str,
+    /// Who we log in as, for the error of a refusal.
+    user: String,
+    scram: Option<ScramClient>,
+}
+
+/// Where a SCRAM exchange stands between challenges.
+enum Scram {
+    /// Waiting for the server-first message.
+    First(ScramClient),
+    /// The proof is sent: the server's signature is due.
+    Final(ServerCheck),
+    /// Nothing more to check (not SCRAM, or the signature was good).
+    Done,
+}
+
+fn outcome_name(code: SaslCode) -> &'static str {
+    match code {
+        SaslCode::Ok => "ok",
+        SaslCode::Auth => "auth (wrong user or password)",
+        SaslCode::Sys => "sys",
+        SaslCode::SysPerm => "sys-perm",
+        SaslCode::SysTemp => "sys-temp",
+    }
+}
+
+/// With --login: --sasl-mechanism if given (it must be offered), else PLAIN. Without:
+/// EXTERNAL when a client certificate is shown (its user is the one the certificate
+/// names), else ANONYMOUS.
+fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslStart, PerfError> {
     let has = |m: &str| offered.iter().any(|s| s.as_str() == m);
+    let offered_list = || {
+        let names: Vec<&str> = offered.iter().map(|s| s.as_str()).collect();
+        if names.is_empty() {
+            "nothing".to_owned()
+        } else {
+            names.join(", ")
+        }
+    };
     if let Some(user) = &login.login {
-        if has("PLAIN") {
-            let pass = login.passcode.as_deref().unwrap_or_default();
-            let mut response = Vec::with_capacity(user.len() + pass.len() + 2);
-            response.push(0);
-            response.extend_from_slice(user.as_bytes());
-            response.push(0);
-            response.extend_from_slice(pass.as_bytes());
-            return Ok(SaslInit {
-                mechanism: Symbol::from_static("PLAIN"),
-                initial_response: Some(Bytes::from(response)),
-                hostname: None,
+        let pass = login.passcode.as_deref().unwrap_or_default();
+        let who = format!("{user:?}");
+        let chosen = login.mechanism.unwrap_or(SaslMechanism::Plain);
+        let mechanism = chosen.name();
+        if !has(mechanism) {
+            if login.mechanism.is_some() {
+                return Err(PerfError::MechanismNotOffered {
+                    wanted: mechanism,
+                    offered: offered_list(),
+                });
+            }
+        } else {
+            let hash = match chosen {
+                SaslMechanism::Plain => {
+                    let mut response = Vec::with_capacity(user.len() + pass.len() + 2);
+                    response.push(0);
+                    response.extend_from_slice(user.as_bytes());
+                    response.push(0);
+                    response.extend_from_slice(pass.as_bytes());
+                    return Ok(SaslStart {
+                        init: SaslInit {
+                            mechanism: Symbol::from_static("PLAIN"),
+                            initial_response: Some(Bytes::from(response)),
+                            hostname: None,
+                        },
+                        mechanism,
+                        user: who,
+                        scram: None,
+                    });
+                }
+                SaslMechanism::ScramSha256 => ScramHash::Sha256,
+                SaslMechanism::ScramSha512 => ScramHash::Sha512,
+            };
+            let client = ScramClient::new(hash, user, pass)
+                .map_err(|source| PerfError::Scram { mechanism, source })?;
+            return Ok(SaslStart {
+                init: SaslInit {
+                    mechanism: Symbol::from_static(mechanism),
+                    initial_response: Some(Bytes::from(client.client_first())),
+                    hostname: None,
+                },
+                mechanism,
+                user: who,
+                scram: Some(client),
             });
         }
     }
     if login.login.is_none() && certified && has("EXTERNAL") {
         // An empty authorization identity: the user the certificate maps to.
-        return Ok(SaslInit {
-            mechanism: Symbol::from_static("EXTERNAL"),
-            initial_response: Some(Bytes::new()),
-            hostname: None,
+        return Ok(SaslStart {
+            init: SaslInit {
+                mechanism: Symbol::from_static("EXTERNAL"),
+                initial_response: Some(Bytes::new()),
+                hostname: None,
+            },
+            mechanism: "EXTERNAL",
+            user: "the client certificate's user".to_owned(),
+            scram: None,
         });
     }
     if has("ANONYMOUS") {
-        return Ok(SaslInit {
-            mechanism: Symbol::from_static("ANONYMOUS"),
-            initial_response: None,
-            hostname: None,
+        return Ok(SaslStart {
+            init: SaslInit {
+                mechanism: Symbol::from_static("ANONYMOUS"),
+                initial_response: None,
+                hostname: None,
+            },
+            mechanism: "ANONYMOUS",
+            user: "no user".to_owned(),
+            scram: None,
         });
     }
-    Err(PerfError::AuthFailed)
+    Err(PerfError::NoMechanism {
+        offered: offered_list(),
+    })
+}
+
+/// Connects, logs in and closes: one login of `weir perf --logins`.
+pub async fn login_once(peer: &Peer, login: &Login) -> Result<(), PerfError> {
+    let mut conn = Connection::open(peer, login).await?;
+    tokio::time::timeout(ANSWER_TIMEOUT, conn.close())
+        .await
+        .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))?
 }
 
 /// The node's address and the capability that says queue or topic.
@@ -489,12 +637,14 @@ mod tests {
             login: Some("u".into()),
             passcode: Some("p".into()),
             vhost: "/".into(),
+            mechanism: None,
         };
-        let init = sasl_init(&both, &login, false)?;
+        let init = sasl_init(&both, &login, false)?.init;
         assert_eq!(init.mechanism.as_str(), "PLAIN");
         assert_eq!(init.initial_response.as_deref(), Some(&b"\0u\0p"[..]));
         assert_eq!(
             sasl_init(&both, &Login::default(), false)?
+                .init
                 .mechanism
                 .as_str(),
             "ANONYMOUS"
@@ -510,7 +660,7 @@ mod tests {
             Symbol::from("EXTERNAL"),
             Symbol::from("ANONYMOUS"),
         ];
-        let init = sasl_init(&all, &Login::default(), true)?;
+        let init = sasl_init(&all, &Login::default(), true)?.init;
         assert_eq!(init.mechanism.as_str(), "EXTERNAL");
         assert_eq!(init.initial_response.as_deref(), Some(&b""[..]));
         // A login given wins over the certificate; no EXTERNAL offered, ANONYMOUS.
@@ -518,14 +668,135 @@ mod tests {
             login: Some("u".into()),
             ..Login::default()
         };
-        assert_eq!(sasl_init(&all, &login, true)?.mechanism.as_str(), "PLAIN");
+        assert_eq!(sasl_init(&all, &login, true)?.mechanism, "PLAIN");
         let no_external = [Symbol::from("ANONYMOUS")];
         assert_eq!(
-            sasl_init(&no_external, &Login::default(), true)?
-                .mechanism
-                .as_str(),
+            sasl_init(&no_external, &Login::default(), true)?.mechanism,
             "ANONYMOUS"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn scram_when_asked_and_an_error_when_not_offered() -> Result<(), PerfError> {
+        let all = [
+            Symbol::from("SCRAM-SHA-512"),
+            Symbol::from("SCRAM-SHA-256"),
+            Symbol::from("PLAIN"),
+        ];
+        let mut login = Login {
+            login: Some("u,1".into()),
+            passcode: Some("p".into()),
+            mechanism: Some(SaslMechanism::ScramSha512),
+            ..Login::default()
+        };
+        let start = sasl_init(&all, &login, false)?;
+        assert_eq!(start.init.mechanism.as_str(), "SCRAM-SHA-512");
+        let first = start.init.initial_response.unwrap_or_default();
+        assert!(first.starts_with(b"n,,n=u=2C1,r="), "{first:?}");
+        assert!(start.scram.is_some());
+        login.mechanism = Some(SaslMechanism::ScramSha256);
+        assert_eq!(sasl_init(&all, &login, false)?.mechanism, "SCRAM-SHA-256");
+        login.mechanism = Some(SaslMechanism::Plain);
+        let start = sasl_init(&all, &login, false)?;
+        assert!(start.scram.is_none());
+        assert_eq!(
+            start.init.initial_response.as_deref(),
+            Some(&b"\0u,1\0p"[..])
+        );
+        // Asked for and not offered: an error naming what is, not another mechanism.
+        login.mechanism = Some(SaslMechanism::ScramSha512);
+        let only = [Symbol::from("PLAIN"), Symbol::from("ANONYMOUS")];
+        match sasl_init(&only, &login, false) {
+            Err(e @ PerfError::MechanismNotOffered { .. }) => assert_eq!(
+                e.to_string(),
+                "SASL: the broker does not offer SCRAM-SHA-512 (it offers PLAIN, ANONYMOUS)"
+            ),
+            other => panic!("{:?}", other.map(|s| s.mechanism)),
+        }
+        Ok(())
+    }
+
+    /// A server that answers SCRAM-SHA-256 with a good-looking exchange but a server
+    /// signature made without the credential: the login must fail on it.
+    async fn fake_scram_server(
+        listener: tokio::net::TcpListener,
+        signature: &'static str,
+    ) -> Result<(), PerfError> {
+        use weir_wire::amqp::{SaslChallenge, SaslMechanisms, SaslOutcome};
+        let (socket, _) = listener.accept().await?;
+        let mut framed = Framed::new(socket, AmqpFrameCodec::new(MAX_FRAME_SIZE));
+        async fn next(
+            framed: &mut Framed<tokio::net::TcpStream, AmqpFrameCodec>,
+        ) -> Result<Inbound, PerfError> {
+            Ok(framed.next().await.ok_or(PerfError::Closed)??)
+        }
+        next(&mut framed).await?;
+        framed.send(Outbound::Header(ProtocolHeader::SASL)).await?;
+        let mechanisms = SaslMechanisms {
+            mechanisms: vec![Symbol::from("SCRAM-SHA-256")],
+        };
+        framed
+            .send(Outbound::Frame(Frame::Sasl(SaslFrame::Mechanisms(
+                mechanisms,
+            ))))
+            .await?;
+        let Inbound::Frame(Frame::Sasl(SaslFrame::Init(init))) = next(&mut framed).await? else {
+            return Err(PerfError::Unexpected("not sasl-init"));
+        };
+        let first = init.initial_response.unwrap_or_default();
+        let first = std::str::from_utf8(&first).map_err(|_| PerfError::Unexpected("UTF-8"))?;
+        let nonce = first.rsplit_once("r=").map_or("", |(_, n)| n);
+        let challenge = format!("r={nonce}server,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096");
+        framed
+            .send(Outbound::Frame(Frame::Sasl(SaslFrame::Challenge(
+                SaslChallenge {
+                    challenge: Bytes::from(challenge),
+                },
+            ))))
+            .await?;
+        let Inbound::Frame(Frame::Sasl(SaslFrame::Response(_))) = next(&mut framed).await? else {
+            return Err(PerfError::Unexpected("not sasl-response"));
+        };
+        let outcome = SaslOutcome {
+            code: SaslCode::Ok,
+            additional_data: Some(Bytes::from_static(signature.as_bytes())),
+        };
+        framed
+            .send(Outbound::Frame(Frame::Sasl(SaslFrame::Outcome(outcome))))
+            .await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_wrong_server_signature_fails_the_login() -> Result<(), PerfError> {
+        for (signature, want) in [
+            (
+                "v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=",
+                ScramError::ServerSignature,
+            ),
+            ("", ScramError::ServerFinal),
+        ] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let addr = listener.local_addr()?.to_string();
+            let server = tokio::spawn(fake_scram_server(listener, signature));
+            let peer = Peer::new(&addr, false, &crate::transport::TlsFiles::default())?;
+            let login = Login {
+                login: Some("user".into()),
+                passcode: Some("pencil".into()),
+                mechanism: Some(SaslMechanism::ScramSha256),
+                ..Login::default()
+            };
+            match Connection::open(&peer, &login).await {
+                Err(PerfError::Scram { mechanism, source }) => {
+                    assert_eq!(mechanism, "SCRAM-SHA-256");
+                    assert_eq!(source, want);
+                }
+                Err(e) => panic!("{e}"),
+                Ok(_) => panic!("logged in despite server-final {signature:?}"),
+            }
+            server.await.map_err(|e| PerfError::Io(e.into()))??;
+        }
         Ok(())
     }
 }
