@@ -123,7 +123,6 @@ pub enum Outbound {
 }
 
 /// Decodes one frame whose complete bytes (header included) are `frame`.
-#[inline]
 pub fn decode_frame(frame: Bytes) -> Result<Inbound> {
     let size = frame.len() as u32;
     if frame.len() < FRAME_HEADER {

@@ -532,7 +532,6 @@ fn map_section(v: Value, name: &'static str) -> Result<Map> {
 
 impl MessageView {
     /// Parses a complete message payload (all transfer frames of a delivery joined).
-    #[inline]
     pub fn parse(raw: Bytes) -> Result<Self> {
         let cx = Ctx::new(&raw);
         let mut i: &[u8] = &raw;
