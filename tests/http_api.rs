@@ -763,6 +763,119 @@ fn the_schedule_is_listed_and_edited_live() {
     assert!(left["items"].as_array().unwrap().is_empty(), "{left}");
 }
 
+/// A delayed message's standard headers are edited over the API and with `weir
+/// schedule edit`, survive a kill -9 and restart, and reach the consumer edited;
+/// what names the message or its destination is refused with 400 naming the field.
+#[test]
+fn scheduled_headers_are_edited_and_fixed_ones_refused() {
+    let (_dir, broker, api) = start(Some(CONFIG));
+    let mut producer = login(&broker, "dev");
+    producer.send_receipted(
+        "/queue/hdrs",
+        "payload",
+        &[
+            ("AMQ_SCHEDULED_DELAY", "6000"),
+            ("persistent", "true"),
+            ("priority", "2"),
+            ("correlation-id", "c-1"),
+            ("content-type", "text/plain"),
+        ],
+        "r1",
+    );
+    let page: Value = api.json("/api/schedule?queue=hdrs");
+    let id = page["items"][0]["id"].as_str().expect("listed").to_owned();
+    let path = format!("/api/schedule/{id}");
+
+    let r = api.patch(
+        &path,
+        Some("admin"),
+        r#"{"headers": {"priority": 9, "correlation_id": "c-2", "reply_to": "/queue/replies",
+            "content_type": null, "ttl_ms": 3600000}, "group_id": "g7"}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let edited: Value = r.json().unwrap();
+    assert_eq!(edited["id"], id.as_str(), "a header edit keeps the id");
+    assert_eq!(edited["headers"]["priority"], 9);
+    assert_eq!(edited["headers"]["correlation_id"], "c-2");
+    assert!(edited["headers"]["content_type"].is_null(), "{edited}");
+    assert!(edited["headers"]["expires_ms"].as_u64().is_some());
+    assert_eq!(edited["group_id"], "g7");
+
+    for (body, field) in [
+        (r#"{"message_id": "forged"}"#, "message_id"),
+        (r#"{"headers": {"queue": "elsewhere"}}"#, "queue"),
+        (r#"{"destination": "/queue/elsewhere"}"#, "destination"),
+        (r#"{"headers": {"user_id": "mallory"}}"#, "user_id"),
+        (r#"{"priority": 12}"#, "priority"),
+        (r#"{"headers": {"colour": "red"}}"#, "colour"),
+        (r#"{"priority": 3, "headers": {"priority": 4}}"#, "priority"),
+    ] {
+        let r = api.patch(&path, Some("admin"), body);
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
+        let error: Value = r.json().unwrap();
+        assert_eq!(error["error"], "bad_request", "{error}");
+        assert_eq!(error["field"], field, "{body}: {error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(field),
+            "{error}"
+        );
+    }
+    let r = api.patch(&path, Some("auditor"), r#"{"priority": 1}"#);
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+
+    // The CLI against the running broker: one more header, and a refusal.
+    let url = format!("http://{}", broker.http.expect("HTTP listener"));
+    let cli = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["schedule", "--url", &url, "--user", "admin"])
+            .args(args)
+            .env("WEIR_PASSWORD", "pw")
+            .env_remove("WEIR_URL")
+            .env_remove("WEIR_USER")
+            .output()
+            .unwrap()
+    };
+    let out = cli(&[
+        "edit",
+        &id,
+        "--header",
+        "subject=audited",
+        "--header",
+        "priority=8",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["edit", &id, "--header", "message_id=forged"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("message_id"), "{stderr}");
+
+    // Durable: a kill -9 and restart finds it edited, and so it arrives.
+    let broker = broker.restart();
+    let api = Api::new(broker.http.expect("HTTP listener"));
+    let after = api.json(&path);
+    assert_eq!(after["headers"]["priority"], 8);
+    assert_eq!(after["headers"]["subject"], "audited");
+    assert_eq!(after["headers"]["reply_to"], "/queue/replies");
+    let mut consumer = login(&broker, "dev");
+    consumer.subscribe("h", "/queue/hdrs", "auto");
+    let f = consumer
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the delayed message");
+    assert_eq!(f.command, "MESSAGE", "{f:?}");
+    assert_eq!(f.body_text(), "payload");
+    assert_eq!(f.header("priority"), Some("8"));
+    assert_eq!(f.header("correlation-id"), Some("c-2"));
+    assert_eq!(f.header("reply-to"), Some("/queue/replies"));
+    assert_eq!(f.header("subject"), Some("audited"));
+    assert_eq!(f.header("JMSXGroupID"), Some("g7"));
+    assert_eq!(f.header("content-type"), None, "cleared");
+    assert!(f.header("expires").is_some());
+}
+
 impl Api {
     fn patch(&self, path: &str, user: Option<&str>, body: &str) -> Response {
         self.request(reqwest::Method::PATCH, path, user)

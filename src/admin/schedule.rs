@@ -13,7 +13,8 @@ use std::process::ExitCode;
 use weir::config::parse_duration;
 use weir::core::message::now_ms;
 use weir::core::schedule::{
-    self, MessageEdit, PropertyEntry, PropertyValue, ScheduleError, ScheduledMessage,
+    self, HeaderEdit, HeaderEditError, MessageEdit, PropertyEntry, PropertyValue, ScheduleError,
+    ScheduledMessage,
 };
 use weir::store::{ScheduleKey, Store, StoreError, StoreOptions};
 
@@ -65,7 +66,8 @@ enum Action {
         delay: Option<String>,
     },
     /// Change a waiting message's properties (STOMP headers, AMQP application
-    /// properties) or body before it is due; it keeps its key and due time.
+    /// properties), standard headers or body before it is due; it keeps its key and
+    /// due time.
     Edit {
         key: String,
         #[command(flatten)]
@@ -91,6 +93,14 @@ struct EditArgs {
     /// Drop every property first (the --set ones are then the only ones).
     #[arg(long)]
     clear_properties: bool,
+    /// Set a standard header (repeatable): priority, expires_ms, ttl_ms, correlation_id,
+    /// reply_to, content_type, subject, group_id, group_seq. The message id, queue,
+    /// sender and due time cannot change.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    header: Vec<String>,
+    /// Clear a standard header (repeatable), e.g. expires_ms for no expiry.
+    #[arg(long = "clear-header", value_name = "NAME")]
+    clear_header: Vec<String>,
     /// The new body, as text.
     #[arg(long, conflicts_with = "body_file")]
     body: Option<String>,
@@ -147,6 +157,28 @@ impl EditArgs {
         Ok(out)
     }
 
+    /// The header changes as the API takes them: a JSON object of names to
+    /// values, numbers for the numeric headers, null to clear.
+    fn headers(&self) -> Result<serde_json::Map<String, Value>, CliError> {
+        const NUMERIC: [&str; 4] = ["priority", "expires_ms", "ttl_ms", "group_seq"];
+        let mut out = serde_json::Map::new();
+        for pair in &self.header {
+            let (name, value) = split_pair(pair)?;
+            let value = match NUMERIC.contains(&name) {
+                true => json!(value
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| CliError::BadValue(pair.clone(), "a whole number"))?),
+                false => Value::String(value.to_owned()),
+            };
+            out.insert(name.to_owned(), value);
+        }
+        for name in &self.clear_header {
+            out.insert(name.clone(), Value::Null);
+        }
+        Ok(out)
+    }
+
     /// The new body, if one is given.
     fn body(&self) -> Result<Option<Vec<u8>>, CliError> {
         match (&self.body, &self.body_file) {
@@ -194,6 +226,8 @@ enum CliError {
     BadValue(String, &'static str),
     #[error("--body-file {0}: {1}")]
     BodyFile(String, std::io::Error),
+    #[error("--header {0}")]
+    Header(#[from] HeaderEditError),
     #[error("the broker's answer has no properties list: {0}")]
     Answer(String),
 }
@@ -291,6 +325,10 @@ fn live(api: &Api, action: Action, as_json: bool) -> Result<(), CliError> {
                     ),
                 };
                 body.insert(field.0.into(), Value::String(field.1));
+            }
+            let headers = change.headers()?;
+            if !headers.is_empty() {
+                body.insert("headers".into(), Value::Object(headers));
             }
             let done = api.call(reqwest::Method::PATCH, &path, Some(Value::Object(body)))?;
             if !as_json {
@@ -447,6 +485,7 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
             let edit = MessageEdit {
                 properties,
                 body: change.body()?.map(bytes::Bytes::from),
+                headers: HeaderEdit::from_json(&change.headers()?, now_ms())?,
             };
             let entry = runtime.block_on(schedule::edit_stored(&store, key, edit))?;
             println!("edited {}", schedule::format_key(&entry.key));

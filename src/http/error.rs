@@ -16,6 +16,9 @@ pub enum ApiError {
     NotFound(String),
     #[error("{0}")]
     BadRequest(String),
+    /// Bad input in one field, which the body names (`field`).
+    #[error("{field}: {message}")]
+    BadField { field: String, message: String },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -33,7 +36,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadRequest(_) | ApiError::BadField { .. } => StatusCode::BAD_REQUEST,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -46,7 +49,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
-            ApiError::BadRequest(_) => "bad_request",
+            ApiError::BadRequest(_) | ApiError::BadField { .. } => "bad_request",
             ApiError::Conflict(_) => "conflict",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::Unavailable(_) => "unavailable",
@@ -57,10 +60,14 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(serde_json::json!({
+        let mut body = serde_json::json!({
             "error": self.code(),
             "message": self.to_string(),
-        }));
+        });
+        if let ApiError::BadField { field, .. } = &self {
+            body["field"] = serde_json::Value::String(field.clone());
+        }
+        let body = Json(body);
         let mut response = (self.status(), body).into_response();
         if matches!(self, ApiError::Unauthorized(_)) {
             response.headers_mut().insert(

@@ -10,8 +10,9 @@ use super::error::ApiError;
 use super::query::{number, pairs};
 use crate::core::manage::MANAGEMENT_ADDRESS;
 use crate::core::schedule::{
-    MessageEdit, PropertyEntry, Schedule, ScheduleEditError, SchedulePage, ScheduleQuery,
-    ScheduledDetail, ScheduledSummary, Timeline, MAX_TIMELINE_BUCKETS,
+    refuse_field, HeaderEdit, HeaderEditError, MessageEdit, PropertyEntry, Schedule,
+    ScheduleEditError, SchedulePage, ScheduleQuery, ScheduledDetail, ScheduledSummary, Timeline,
+    EDITABLE_HEADERS, MAX_TIMELINE_BUCKETS,
 };
 use crate::core::security::Permission;
 use axum::extract::{Path, RawQuery};
@@ -185,23 +186,75 @@ pub async fn reschedule(
     Ok(Json(schedule.reschedule(&id, due_ms).await?))
 }
 
-/// What an edit replaces: every user property, and the body as text or base64.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Edit {
-    properties: Option<Vec<PropertyEntry>>,
-    body: Option<String>,
-    body_base64: Option<String>,
+impl From<HeaderEditError> for ApiError {
+    fn from(e: HeaderEditError) -> Self {
+        ApiError::BadField {
+            field: e.field,
+            message: e.reason,
+        }
+    }
 }
 
-/// `PATCH /api/schedule/{id}`: edits it before it is due; it keeps its id and time.
-pub async fn edit(
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Result<Json<Edit>, axum::extract::rejection::JsonRejection>,
-) -> Result<Json<ScheduledSummary>, ApiError> {
-    let Json(edit) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
-    let body = match (edit.body, edit.body_base64) {
+/// An edit as the API takes it: `properties` (every user property), the body
+/// as `body` (text) or `body_base64`, and standard headers under `headers` or
+/// at the top level (`{"priority": 7}`). `null` clears a header. Fields no
+/// edit changes (`message_id`, `queue`, ...) are refused with 400 naming them.
+fn parse_edit(body: serde_json::Value, now_ms: u64) -> Result<(MessageEdit, bool), ApiError> {
+    use serde_json::Value;
+    let Value::Object(fields) = body else {
+        return Err(ApiError::BadRequest(
+            "an edit is a JSON object: properties, body or body_base64, headers".into(),
+        ));
+    };
+    let mut headers = serde_json::Map::new();
+    let (mut properties, mut text, mut base64_body) = (None, None, None);
+    let mut header = |name: String, value: Value| -> Result<(), ApiError> {
+        if headers.insert(name.clone(), value).is_some() {
+            return Err(ApiError::BadField {
+                field: name,
+                message: "given twice (at the top level and under headers)".into(),
+            });
+        }
+        Ok(())
+    };
+    for (field, value) in fields {
+        match field.as_str() {
+            "properties" => {
+                properties = Some(serde_json::from_value::<Vec<PropertyEntry>>(value).map_err(
+                    |e| ApiError::BadField {
+                        field: field.clone(),
+                        message: e.to_string(),
+                    },
+                )?)
+            }
+            "body" | "body_base64" => {
+                let Value::String(s) = value else {
+                    return Err(ApiError::BadField {
+                        field,
+                        message: "must be a string".into(),
+                    });
+                };
+                match field.as_str() {
+                    "body" => text = Some(s),
+                    _ => base64_body = Some(s),
+                }
+            }
+            "headers" => {
+                let Value::Object(map) = value else {
+                    return Err(ApiError::BadField {
+                        field,
+                        message: "must be an object of header names to values".into(),
+                    });
+                };
+                for (name, value) in map {
+                    header(name, value)?;
+                }
+            }
+            name if EDITABLE_HEADERS.contains(&name) => header(field, value)?,
+            other => return Err(refuse_field(other).into()),
+        }
+    }
+    let body = match (text, base64_body) {
         (Some(_), Some(_)) => {
             return Err(ApiError::BadRequest(
                 "give body or body_base64, not both".into(),
@@ -212,20 +265,39 @@ pub async fn edit(
             base64::engine::general_purpose::STANDARD
                 .decode(encoded.as_bytes())
                 .map(bytes::Bytes::from)
-                .map_err(|e| ApiError::BadRequest(format!("body_base64: {e}")))?,
+                .map_err(|e| ApiError::BadField {
+                    field: "body_base64".into(),
+                    message: e.to_string(),
+                })?,
         ),
         (None, None) => None,
     };
-    if body.is_none() && edit.properties.is_none() {
+    let headers = HeaderEdit::from_json(&headers, now_ms)?;
+    let changes = body.is_some() || properties.is_some() || !headers.is_empty();
+    Ok((
+        MessageEdit {
+            properties,
+            body,
+            headers,
+        },
+        changes,
+    ))
+}
+
+/// `PATCH /api/schedule/{id}`: edits it before it is due; it keeps its id and time.
+pub async fn edit(
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Json<serde_json::Value>, axum::extract::rejection::JsonRejection>,
+) -> Result<Json<ScheduledSummary>, ApiError> {
+    let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
+    let (change, changes) = parse_edit(body, crate::core::message::now_ms())?;
+    if !changes {
         return Err(ApiError::BadRequest(
-            "nothing to change: give properties, body or body_base64".into(),
+            "nothing to change: give properties, body or body_base64, or headers".into(),
         ));
     }
     let schedule = manageable(&caller, &id).await?;
-    let change = MessageEdit {
-        properties: edit.properties,
-        body,
-    };
     Ok(Json(schedule.edit(&id, change).await?))
 }
 

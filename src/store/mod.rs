@@ -11,6 +11,7 @@ mod memory;
 mod record;
 mod release;
 mod rocks;
+mod scheduled;
 mod stats;
 mod writer;
 

@@ -4,8 +4,9 @@
 use super::disk::{DiskLimits, DiskRefusal, DiskState};
 use super::holding::Holding;
 use super::inbox::Inbox;
-use super::keys::{MessageKey, ScheduleKey};
+use super::keys::MessageKey;
 use super::memory::StoreMemory;
+use super::scheduled::{build_index, CF_SCHEDULED_BY_QUEUE};
 use super::stats::{StoreStats, WriterStats};
 use super::writer::{Completion, Failed, FsyncPolicy, Op, OpList, Writer};
 use super::StoreError;
@@ -21,7 +22,13 @@ pub(super) const CF_QUEUES: &str = "queues";
 /// Claims (leases on deliveries) by id: the core's records, opaque here.
 pub(super) const CF_CLAIMS: &str = "claims";
 /// Every column family, in the order they are opened.
-pub(super) const ALL_CFS: [&str; 4] = [CF_MESSAGES, CF_SCHEDULED, CF_QUEUES, CF_CLAIMS];
+pub(super) const ALL_CFS: [&str; 5] = [
+    CF_MESSAGES,
+    CF_SCHEDULED,
+    CF_QUEUES,
+    CF_CLAIMS,
+    CF_SCHEDULED_BY_QUEUE,
+];
 
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -172,6 +179,10 @@ impl Store {
         }
     }
 
+    pub(super) fn db(&self) -> Result<Arc<DB>, StoreError> {
+        self.inner.database.get()
+    }
+
     pub fn queues(&self) -> Result<Vec<RecoveredQueue>, StoreError> {
         let db = self.inner.database.get()?;
         let cf = cf(&db, CF_QUEUES)?;
@@ -298,95 +309,6 @@ impl Store {
         Ok(())
     }
 
-    /// Up to `limit` scheduled entries with key >= `from`, in due-time order.
-    pub fn scan_scheduled(
-        &self,
-        from: ScheduleKey,
-        limit: usize,
-    ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
-        let db = self.inner.database.get()?;
-        let cf = cf(&db, CF_SCHEDULED)?;
-        let start = from.encode();
-        let mut out = Vec::new();
-        for item in db.iterator_cf(cf, IteratorMode::From(&start, Direction::Forward)) {
-            let (key, value) = item?;
-            let key = ScheduleKey::decode(&key).ok_or_else(|| StoreError::Corrupt(key.to_vec()))?;
-            out.push((key, Bytes::from(value.into_vec())));
-            if out.len() >= limit {
-                break;
-            }
-        }
-        Ok(out)
-    }
-
-    /// Up to `limit` scheduled entries with a key in `from..until`, in due-time
-    /// order, of one queue or of all. Entries of other queues are stepped over
-    /// by key, without copying their records out.
-    pub fn scan_scheduled_range(
-        &self,
-        keys: std::ops::Range<ScheduleKey>,
-        queue: Option<u32>,
-        limit: usize,
-    ) -> Result<Vec<(ScheduleKey, Bytes)>, StoreError> {
-        let mut out = Vec::new();
-        if limit == 0 {
-            return Ok(out);
-        }
-        self.walk_scheduled(keys, false, |key, iter| {
-            if queue.is_none_or(|q| q == key.queue) {
-                out.push((
-                    key,
-                    Bytes::copy_from_slice(iter.value().unwrap_or_default()),
-                ));
-            }
-            out.len() < limit
-        })?;
-        Ok(out)
-    }
-
-    /// Visits the scheduled keys in `from..until`, in order, until `visit`
-    /// returns false. Records are not read out (a timeline counts keys only).
-    pub fn for_each_scheduled_key(
-        &self,
-        keys: std::ops::Range<ScheduleKey>,
-        mut visit: impl FnMut(ScheduleKey) -> bool,
-    ) -> Result<(), StoreError> {
-        self.walk_scheduled(keys, true, |key, _| visit(key))
-    }
-
-    fn walk_scheduled(
-        &self,
-        keys: std::ops::Range<ScheduleKey>,
-        bulk: bool,
-        mut visit: impl FnMut(ScheduleKey, &rocksdb::DBRawIteratorWithThreadMode<'_, DB>) -> bool,
-    ) -> Result<(), StoreError> {
-        if keys.start >= keys.end {
-            return Ok(());
-        }
-        let db = self.inner.database.get()?;
-        let cf = cf(&db, CF_SCHEDULED)?;
-        let mut read = match bulk {
-            // Keeps millions of keys' blocks out of the cache the broker's
-            // index and filter blocks live in.
-            true => read_once(),
-            // A page is read again as an auditor pages back and forth.
-            false => ReadOptions::default(),
-        };
-        read.set_iterate_upper_bound(keys.end.encode().to_vec());
-        let mut iter = db.raw_iterator_cf_opt(cf, read);
-        iter.seek(keys.start.encode());
-        while iter.valid() {
-            let Some(raw) = iter.key() else { break };
-            let key = ScheduleKey::decode(raw).ok_or_else(|| StoreError::Corrupt(raw.to_vec()))?;
-            if !visit(key, &iter) {
-                return Ok(());
-            }
-            iter.next();
-        }
-        iter.status()?;
-        Ok(())
-    }
-
     /// Bytes on disk (SST files + memtables), for benchmarks and metrics.
     /// RocksDB's estimate of the stored messages (for recovery progress); `None`
     /// when it has none.
@@ -464,7 +386,10 @@ impl Database {
     /// True when writable.
     fn open(dir: &Path, memory: StoreMemory) -> Result<(Self, bool), StoreError> {
         let (db, writable) = match open_db(dir, memory, false) {
-            Ok(db) => (db, true),
+            Ok(db) => {
+                index_schedule(&db);
+                (db, true)
+            }
             Err(e) if is_no_space(&e) => {
                 tracing::warn!(error = %e, "disk full: the store is open read-only until space returns");
                 (open_db(dir, memory, true)?, false)
@@ -500,6 +425,7 @@ impl Database {
         }
         match open_db(&self.dir, self.memory, false) {
             Ok(db) => {
+                index_schedule(&db);
                 *slot = Some(Arc::new(db));
                 Ok(true)
             }
@@ -509,6 +435,15 @@ impl Database {
                 Ok(false)
             }
         }
+    }
+}
+
+/// Builds the schedule's per-queue index if the store lacks it. Listings
+/// step over keys without it, so a failure is logged and tried again at the
+/// next open.
+fn index_schedule(db: &DB) {
+    if let Err(e) = build_index(db) {
+        tracing::warn!(error = %e, "indexing the stored schedule by queue failed");
     }
 }
 
@@ -572,7 +507,7 @@ fn open_db(dir: &Path, memory: StoreMemory, read_only: bool) -> Result<DB, rocks
 /// For messages read to be delivered (paging in, recovery): each is read once
 /// and deleted soon after, so its blocks would only push the index and filter
 /// blocks out of the cache and keep memory resident for nothing.
-fn read_once() -> ReadOptions {
+pub(super) fn read_once() -> ReadOptions {
     let mut read = ReadOptions::default();
     read.fill_cache(false);
     read
@@ -581,7 +516,7 @@ fn read_once() -> ReadOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Written;
+    use crate::store::{ScheduleKey, Written};
 
     fn put(queue: u32, seq: u64) -> Op {
         Op::PutMessage {
@@ -723,7 +658,7 @@ mod tests {
         assert_eq!(ones[3].1, "19");
         let mut counted = 0;
         store
-            .for_each_scheduled_key(range, |k| {
+            .for_each_scheduled_key(range, None, |k| {
                 counted += 1;
                 k.due_ms < 20
             })

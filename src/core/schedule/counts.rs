@@ -14,7 +14,7 @@ impl DelayedCounts {
     /// Counts every stored entry: a scan of keys only, once at start.
     pub fn of_store(store: &Store) -> Result<Self, StoreError> {
         let mut counts: FastMap<u32, u64> = FastMap::default();
-        store.for_each_scheduled_key(FIRST_KEY..MAX_KEY, |key| {
+        store.for_each_scheduled_key(FIRST_KEY..MAX_KEY, None, |key| {
             *counts.entry(key.queue).or_default() += 1;
             true
         })?;

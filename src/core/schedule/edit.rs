@@ -23,7 +23,6 @@ use crate::core::message::{now_ms, Message, Property};
 use crate::core::persist;
 use crate::store::{Op, ScheduleKey, StoreError};
 use bytes::Bytes;
-use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -75,13 +74,203 @@ impl From<Arc<StoreError>> for ScheduleEditError {
 }
 
 /// What an edit replaces; what it leaves out stays as it was.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default)]
 pub struct MessageEdit {
     /// Every user property (STOMP header, AMQP application property).
     pub properties: Option<Vec<PropertyEntry>>,
     /// The body, as bytes the caller decoded its own way (base64, raw upload).
-    #[serde(skip)]
     pub body: Option<Bytes>,
+    /// Standard headers to set or clear.
+    pub headers: HeaderEdit,
+}
+
+/// Standard headers an edit sets (`Some(Some(v))`) or clears (`Some(None)`);
+/// `None` leaves one as it was. What a sender chooses freely is editable:
+/// priority, expiry, correlation id, reply-to, content type, subject, group
+/// and group sequence. What names the message or where it goes is not (see
+/// [`FIXED_FIELDS`]): its id, queue, sender, enqueue time, durability, due
+/// time (reschedule it) and delivery count.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HeaderEdit {
+    pub priority: Option<u8>,
+    /// Epoch ms after which it is never delivered.
+    pub expires_ms: Option<Option<u64>>,
+    pub correlation_id: Option<Option<String>>,
+    pub reply_to: Option<Option<String>>,
+    pub content_type: Option<Option<String>>,
+    pub subject: Option<Option<String>>,
+    pub group_id: Option<Option<String>>,
+    pub group_seq: Option<Option<i32>>,
+}
+
+/// Editable headers, by the names a listing shows them under.
+pub const EDITABLE_HEADERS: [&str; 9] = [
+    "priority",
+    "expires_ms",
+    "ttl_ms",
+    "correlation_id",
+    "reply_to",
+    "content_type",
+    "subject",
+    "group_id",
+    "group_seq",
+];
+
+/// Fields of a waiting message that no edit changes, and why.
+pub const FIXED_FIELDS: [(&str, &str); 12] = [
+    ("id", "it names the scheduled entry"),
+    ("message_id", "it is the sender's identity of the message"),
+    (
+        "queue",
+        "the destination is fixed: cancel and send it again",
+    ),
+    (
+        "destination",
+        "the destination is fixed: cancel and send it again",
+    ),
+    (
+        "address",
+        "the destination is fixed: cancel and send it again",
+    ),
+    ("user_id", "it is the authenticated sender"),
+    ("enqueued_ms", "it is when the broker accepted the message"),
+    ("timestamp", "it is when the broker accepted the message"),
+    (
+        "durable",
+        "a message's persistence is chosen when it is sent",
+    ),
+    ("due_ms", "reschedule it instead"),
+    ("delivery_count", "it counts deliveries made"),
+    ("size", "it follows from the body"),
+];
+
+/// A header edit that cannot be made; `field` names it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {reason}")]
+pub struct HeaderEditError {
+    pub field: String,
+    pub reason: String,
+}
+
+impl HeaderEditError {
+    fn new(field: &str, reason: impl Into<String>) -> Self {
+        HeaderEditError {
+            field: field.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Refuses a field no edit changes (or one that is no field at all).
+pub fn refuse_field(field: &str) -> HeaderEditError {
+    match FIXED_FIELDS.iter().find(|(name, _)| *name == field) {
+        Some((_, why)) => HeaderEditError::new(field, format!("cannot be changed: {why}")),
+        None => HeaderEditError::new(
+            field,
+            format!(
+                "no such header; editable are {}",
+                EDITABLE_HEADERS.join(", ")
+            ),
+        ),
+    }
+}
+
+impl HeaderEdit {
+    pub fn is_empty(&self) -> bool {
+        *self == HeaderEdit::default()
+    }
+
+    /// From a JSON object of header names to values (`null` clears one).
+    /// `ttl_ms` sets the expiry that many ms from `now_ms` (as a sender's
+    /// time to live would), and is exclusive with `expires_ms`.
+    pub fn from_json(
+        headers: &serde_json::Map<String, serde_json::Value>,
+        now_ms: u64,
+    ) -> Result<HeaderEdit, HeaderEditError> {
+        use serde_json::Value;
+        let mut edit = HeaderEdit::default();
+        if headers.contains_key("ttl_ms") && headers.contains_key("expires_ms") {
+            return Err(HeaderEditError::new(
+                "ttl_ms",
+                "give ttl_ms or expires_ms, not both",
+            ));
+        }
+        fn text(field: &str, value: &Value) -> Result<Option<String>, HeaderEditError> {
+            match value {
+                Value::Null => Ok(None),
+                Value::String(s) => Ok(Some(s.clone())),
+                _ => Err(HeaderEditError::new(field, "must be a string or null")),
+            }
+        }
+        fn whole(field: &str, value: &Value) -> Result<Option<u64>, HeaderEditError> {
+            match value {
+                Value::Null => Ok(None),
+                v => v.as_u64().map(Some).ok_or_else(|| {
+                    HeaderEditError::new(field, "must be a whole number of ms or null")
+                }),
+            }
+        }
+        for (field, value) in headers {
+            let f = field.as_str();
+            match f {
+                "priority" => {
+                    let p = value
+                        .as_u64()
+                        .filter(|p| *p <= 9)
+                        .ok_or_else(|| HeaderEditError::new(f, "must be a number from 0 to 9"))?;
+                    edit.priority = Some(p as u8);
+                }
+                "expires_ms" => edit.expires_ms = Some(whole(f, value)?),
+                "ttl_ms" => {
+                    edit.expires_ms = Some(whole(f, value)?.map(|ttl| now_ms.saturating_add(ttl)))
+                }
+                "correlation_id" => edit.correlation_id = Some(text(f, value)?),
+                "reply_to" => edit.reply_to = Some(text(f, value)?),
+                "content_type" => edit.content_type = Some(text(f, value)?),
+                "subject" => edit.subject = Some(text(f, value)?),
+                "group_id" => edit.group_id = Some(text(f, value)?),
+                "group_seq" => {
+                    let seq = match value {
+                        Value::Null => None,
+                        v => Some(v.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(
+                            || HeaderEditError::new(f, "must be a 32-bit integer or null"),
+                        )?),
+                    };
+                    edit.group_seq = Some(seq);
+                }
+                other => return Err(refuse_field(other)),
+            }
+        }
+        Ok(edit)
+    }
+
+    fn apply(self, message: &mut Message) {
+        let text = |v: Option<String>| v.map(Arc::<str>::from);
+        if let Some(p) = self.priority {
+            message.priority = p;
+        }
+        if let Some(at) = self.expires_ms {
+            message.expires_at = at;
+        }
+        if let Some(v) = self.correlation_id {
+            message.correlation_id = text(v);
+        }
+        if let Some(v) = self.reply_to {
+            message.reply_to = text(v);
+        }
+        if let Some(v) = self.content_type {
+            message.content_type = text(v);
+        }
+        if let Some(v) = self.subject {
+            message.subject = text(v);
+        }
+        if let Some(v) = self.group_id {
+            message.group_id = text(v);
+        }
+        if let Some(v) = self.group_seq {
+            message.group_seq = v;
+        }
+    }
 }
 
 impl Schedule {
@@ -357,6 +546,7 @@ pub(super) fn edited(message: &Message, edit: MessageEdit) -> Message {
     if let Some(body) = edit.body {
         message.body = body;
     }
+    edit.headers.apply(&mut message);
     // A protocol would forward these bytes verbatim, unedited.
     message.wire = None;
     message

@@ -228,10 +228,8 @@ pub(super) fn count_stored(
     filter: &KeyFilter,
     timeline: &mut Timeline,
 ) -> Result<(), ScheduleError> {
-    store.for_each_scheduled_key(filter.keys.clone(), |key| {
-        if filter.queue.is_none_or(|q| q == key.queue) {
-            timeline.count(key.due_ms);
-        }
+    store.for_each_scheduled_key(filter.keys.clone(), filter.queue, |key| {
+        timeline.count(key.due_ms);
         true
     })?;
     Ok(())

@@ -27,7 +27,10 @@ mod stored;
 #[cfg(test)]
 mod tests;
 
-pub use edit::{MessageEdit, ScheduleEditError, MAX_TIMELINE_BUCKETS};
+pub use edit::{
+    refuse_field, HeaderEdit, HeaderEditError, MessageEdit, ScheduleEditError, EDITABLE_HEADERS,
+    FIXED_FIELDS, MAX_TIMELINE_BUCKETS,
+};
 pub use lateness::{Lateness, LatenessSnapshot, BOUNDS_MS as LATENESS_BOUNDS_MS};
 pub use listing::{
     Headers, PropertyEntry, PropertyValue, SchedulePage, ScheduleQuery, ScheduledDetail,

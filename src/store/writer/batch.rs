@@ -9,6 +9,7 @@ use crate::store::inbox::Submission;
 use crate::store::keys::MessageKey;
 use crate::store::release::Ticket;
 use crate::store::rocks::{CF_CLAIMS, CF_MESSAGES, CF_QUEUES, CF_SCHEDULED};
+use crate::store::scheduled::{index_key, CF_SCHEDULED_BY_QUEUE};
 use rocksdb::{WriteBatch, DB};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -184,14 +185,22 @@ impl Writer {
                     batch.delete_cf(cf, key.encode());
                 }
             }
+            // An entry and its per-queue index key change in the same batch:
+            // a crash leaves both or neither.
             Op::PutScheduled { key, record } => {
                 if let Some(cf) = cf(CF_SCHEDULED) {
                     batch.put_cf(cf, key.encode(), record);
+                }
+                if let Some(cf) = cf(CF_SCHEDULED_BY_QUEUE) {
+                    batch.put_cf(cf, index_key(&key), b"");
                 }
             }
             Op::DeleteScheduled { key } => {
                 if let Some(cf) = cf(CF_SCHEDULED) {
                     batch.delete_cf(cf, key.encode());
+                }
+                if let Some(cf) = cf(CF_SCHEDULED_BY_QUEUE) {
+                    batch.delete_cf(cf, index_key(&key));
                 }
             }
             Op::PutQueue { name, record } => {

@@ -194,11 +194,23 @@ async fn an_edited_message_arrives_edited_after_a_restart() {
                     value: PropertyValue::String("edited".into()),
                 }]),
                 body: Some(bytes::Bytes::from_static(b"new body")),
+                headers: HeaderEdit {
+                    priority: Some(8),
+                    content_type: Some(Some("application/json".into())),
+                    correlation_id: Some(Some("order-7".into())),
+                    reply_to: Some(Some("replies".into())),
+                    subject: Some(Some("audit".into())),
+                    group_id: Some(Some("g1".into())),
+                    expires_ms: Some(Some(due + 3_600_000)),
+                    group_seq: None,
+                },
             },
         )
         .await
         .unwrap();
     assert_eq!(edited.id, id, "an edit keeps the due time");
+    assert_eq!(edited.headers.priority, 8);
+    assert_eq!(edited.group_id.as_deref(), Some("g1"));
     assert_eq!(schedule.view(&id).await.unwrap().body, "new body");
     stop(broker, schedule).await;
 
@@ -217,6 +229,14 @@ async fn an_edited_message_arrives_edited_after_a_restart() {
         delivery.message.property("note"),
         Some(&Value::String("edited".into()))
     );
+    let m = &delivery.message;
+    assert_eq!(m.priority, 8);
+    assert_eq!(m.content_type.as_deref(), Some("application/json"));
+    assert_eq!(m.correlation_id.as_deref(), Some("order-7"));
+    assert_eq!(m.reply_to.as_deref(), Some("replies"));
+    assert_eq!(m.subject.as_deref(), Some("audit"));
+    assert_eq!(m.group_id.as_deref(), Some("g1"));
+    assert_eq!(m.expires_at, Some(due + 3_600_000));
     assert!(
         delivery.message.wire.is_none(),
         "the original encoding is not forwarded"
@@ -420,4 +440,36 @@ async fn a_rescheduled_grouped_message_goes_to_its_group_owner() {
     assert_eq!(delivery.message.group_id.as_deref(), Some("G"));
     assert!(other_rx.try_recv().is_err(), "not the other consumer");
     schedule.shutdown().await;
+}
+
+#[test]
+fn header_edits_name_what_they_refuse() {
+    let json = |text: &str| -> serde_json::Map<String, serde_json::Value> {
+        serde_json::from_str(text).unwrap()
+    };
+    let edit = HeaderEdit::from_json(
+        &json(r#"{"priority": 0, "ttl_ms": 500, "content_type": null, "group_seq": -1}"#),
+        1_000,
+    )
+    .unwrap();
+    assert_eq!(edit.priority, Some(0));
+    assert_eq!(edit.expires_ms, Some(Some(1_500)));
+    assert_eq!(edit.content_type, Some(None), "null clears");
+    assert_eq!(edit.group_seq, Some(Some(-1)));
+    assert_eq!(edit.reply_to, None, "left out, left alone");
+    for (text, field) in [
+        (r#"{"message_id": "x"}"#, "message_id"),
+        (r#"{"queue": "other"}"#, "queue"),
+        (r#"{"user_id": "mallory"}"#, "user_id"),
+        (r#"{"due_ms": 5}"#, "due_ms"),
+        (r#"{"colour": "red"}"#, "colour"),
+        (r#"{"priority": 10}"#, "priority"),
+        (r#"{"priority": "high"}"#, "priority"),
+        (r#"{"subject": 5}"#, "subject"),
+        (r#"{"expires_ms": -1}"#, "expires_ms"),
+        (r#"{"ttl_ms": 5, "expires_ms": 9}"#, "ttl_ms"),
+    ] {
+        let e = HeaderEdit::from_json(&json(text), 0).unwrap_err();
+        assert_eq!(e.field, field, "{text}: {e}");
+    }
 }
