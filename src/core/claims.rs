@@ -776,7 +776,7 @@ mod tests {
             .wait()
             .await
             .unwrap();
-        assert!(queue.remove_waiting(seen[0].seq).is_none());
+        assert!(queue.remove_waiting(seen[0].seq).is_err());
         let rest = broker
             .claim(&queue, terms(60_000, 5), None)
             .unwrap()

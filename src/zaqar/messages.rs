@@ -8,8 +8,8 @@ use super::queues::{flag, number, parse_json};
 use super::render::{self, message_json, CLIENT_ID_PROPERTY};
 use crate::core::claims::{ClaimError, ClaimTerms};
 use crate::core::message::{now_ms, Message, Value as CoreValue};
-use crate::core::queue::Queue;
-use crate::core::schedule::{PropertyValue, ScheduleQuery};
+use crate::core::queue::{Queue, Untaken};
+use crate::core::schedule::{PropertyValue, ScheduleEditError, ScheduleQuery};
 use crate::core::security::Permission;
 use crate::core::Receipt;
 use axum::body::Bytes;
@@ -186,42 +186,47 @@ pub async fn list(
     let echo = flag(&params.echo, "echo")?;
     let include_claimed = flag(&params.include_claimed, "include_claimed")?;
     let include_delayed = flag(&params.include_delayed, "include_delayed")?;
-    let marker = match &params.marker {
-        None => 0,
-        Some(m) => m.parse::<u64>().map_err(|_| {
-            ZaqarError::BadRequest("The marker is not one this server gave out.".into())
-        })?,
-    };
+    let marker = Marker::parse(params.marker.as_deref())?;
     let Some(q) = ctx.broker.queue(&weir) else {
         return Ok(Json(json!({"messages": [], "links": []})));
     };
     let mut out = Vec::new();
-    let mut after = marker;
+    // The marker of the last message this page passed, shown or not.
     let mut next_marker = None;
-    'pages: loop {
-        let page = q.peek(after, limit, include_claimed);
-        let Some(last) = page.last() else { break };
-        after = last.seq;
-        for p in page {
-            if !echo && render::posted_by(&p.message) == Some(ctx.client_id.as_str()) {
-                continue;
-            }
-            out.push(render_peeked(&ctx, &queue, &q, &p));
-            next_marker = Some(p.seq);
-            if out.len() == limit {
-                break 'pages;
+    if let Marker::Queue(marker) = marker {
+        let mut after = marker;
+        'pages: loop {
+            let page = q.peek(after, limit, include_claimed);
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            for p in page {
+                next_marker = Some(Marker::Queue(p.seq));
+                if !echo && render::posted_by(&p.message) == Some(ctx.client_id.as_str()) {
+                    continue;
+                }
+                out.push(render_peeked(&ctx, &queue, &q, &p));
+                if out.len() == limit {
+                    break 'pages;
+                }
             }
         }
     }
-    if include_delayed && out.len() < limit && marker == 0 {
-        out.extend(delayed(&ctx, &queue, &weir, limit - out.len(), echo).await);
+    if include_delayed && out.len() < limit {
+        let cursor = match marker {
+            Marker::Delayed(cursor) => Some(cursor),
+            Marker::Queue(_) => None,
+        };
+        let (shown, passed) = delayed(&ctx, &queue, &weir, cursor, limit - out.len(), echo).await?;
+        out.extend(shown);
+        next_marker = passed.map(Marker::Delayed).or(next_marker);
     }
     let links = match (out.is_empty(), next_marker) {
         (false, Some(m)) => json!([{
             "rel": "next",
             "href": format!(
-                "{}/messages?marker={m}&limit={limit}&echo={echo}&include_claimed={include_claimed}&include_delayed={include_delayed}",
-                base(&queue)
+                "{}/messages?marker={}&limit={limit}&echo={echo}&include_claimed={include_claimed}&include_delayed={include_delayed}",
+                base(&queue),
+                m.text(),
             ),
         }]),
         _ => json!([]),
@@ -229,46 +234,102 @@ pub async fn list(
     Ok(Json(json!({"messages": out, "links": links})))
 }
 
+/// Where a listing goes on from. A queue's messages are listed in queue
+/// order, then, with `include_delayed`, those not due yet in due order: the
+/// marker is a queue sequence while the listing is in the first part, and
+/// `d` and a delayed message's id (its `:`s as `-`) in the second. A
+/// message is listed once, unless it falls due while a client pages through
+/// the delayed ones (it moves into the queue, behind the marker).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Marker {
+    Queue(u64),
+    Delayed(String),
+}
+
+impl Marker {
+    fn parse(marker: Option<&str>) -> Result<Marker> {
+        let bad = || ZaqarError::BadRequest("The marker is not one this server gave out.".into());
+        match marker {
+            None => Ok(Marker::Queue(0)),
+            Some(m) => match m.strip_prefix('d') {
+                Some(id) => {
+                    let parts: Vec<&str> = id.split('-').collect();
+                    match parts.len() == 3 && parts.iter().all(|p| p.parse::<u64>().is_ok()) {
+                        true => Ok(Marker::Delayed(parts.join(":"))),
+                        false => Err(bad()),
+                    }
+                }
+                None => m.parse().map(Marker::Queue).map_err(|_| bad()),
+            },
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            Marker::Queue(seq) => seq.to_string(),
+            Marker::Delayed(id) => format!("d{}", id.replace(':', "-")),
+        }
+    }
+}
+
 /// Messages not due yet (they wait in the delay schedule, not in the
-/// queue), for `include_delayed`: listed after the queue's own, on the
-/// first page.
-async fn delayed(ctx: &Ctx, queue: &str, weir: &str, limit: usize, echo: bool) -> Vec<Value> {
+/// queue), for `include_delayed`: up to `limit` after `cursor`, in due
+/// order, and the id of the last one passed (shown or not).
+async fn delayed(
+    ctx: &Ctx,
+    queue: &str,
+    weir: &str,
+    mut cursor: Option<String>,
+    limit: usize,
+    echo: bool,
+) -> Result<(Vec<Value>, Option<String>)> {
     let Some(schedule) = ctx.broker.schedule() else {
-        return Vec::new();
+        return Ok((Vec::new(), None));
     };
-    let query = ScheduleQuery {
-        queue: Some(weir.to_owned()),
-        from_ms: None,
-        to_ms: None,
-        cursor: None,
-        limit,
-        preview_bytes: limits::MAX_MESSAGES_POST_SIZE,
-    };
-    let Ok(page) = schedule.list_page(&query).await else {
-        return Vec::new();
-    };
+    let mut out = Vec::new();
+    let mut passed = None;
     let now = now_ms();
-    page.items
-        .into_iter()
-        .filter(|s| {
-            echo || !s
-                .properties
-                .iter()
-                .any(|p| p.name == CLIENT_ID_PROPERTY && p.value == PropertyValue::String(ctx.client_id.clone()))
-        })
-        .map(|s| {
+    while out.len() < limit {
+        let query = ScheduleQuery {
+            queue: Some(weir.to_owned()),
+            from_ms: None,
+            to_ms: None,
+            cursor: cursor.clone(),
+            limit: limit - out.len(),
+            preview_bytes: limits::MAX_MESSAGES_POST_SIZE,
+        };
+        let page = schedule.list_page(&query).await.map_err(|e| match e {
+            ScheduleEditError::BadId(_) => {
+                ZaqarError::BadRequest("The marker is not one this server gave out.".into())
+            }
+            e => ZaqarError::Unavailable(format!("Delayed messages cannot be listed: {e}")),
+        })?;
+        for s in page.items {
+            passed = Some(s.id.clone());
+            let mine = s.properties.iter().any(|p| {
+                p.name == CLIENT_ID_PROPERTY
+                    && p.value == PropertyValue::String(ctx.client_id.clone())
+            });
+            if !echo && mine {
+                continue;
+            }
             let id = s.message_id.clone().unwrap_or_else(|| s.id.clone());
             let body: Value = serde_json::from_str(&s.body_preview)
                 .unwrap_or(Value::String(s.body_preview.clone()));
-            json!({
+            out.push(json!({
                 "id": id,
                 "href": format!("{}/messages/{id}", base(queue)),
                 "ttl": s.headers.expires_ms.map_or(limits::MAX_MESSAGE_TTL, |e| e.saturating_sub(s.enqueued_ms) / 1000),
                 "age": now.saturating_sub(s.enqueued_ms) / 1000,
                 "body": body,
-            })
-        })
-        .collect()
+            }));
+        }
+        match page.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    Ok((out, passed))
 }
 
 fn split_ids(ids: &str) -> Result<Vec<&str>> {
@@ -333,7 +394,7 @@ pub async fn delete_many(
                 let mut receipts = Vec::new();
                 for id in ids {
                     if let Some(p) = render::find(&q, id) {
-                        receipts.extend(remove(&ctx, &weir, &q, &p));
+                        receipts.extend(remove(&ctx, &weir, &q, &p).await);
                     }
                 }
                 Receipt::all(receipts).wait().await?;
@@ -374,19 +435,47 @@ pub async fn delete_many(
 
 /// Deletes a message found by id, through its claim if one holds it (a
 /// bulk delete by ids deletes claimed messages too, as Zaqar's does).
-fn remove(
+async fn remove(
     ctx: &Ctx,
     weir: &str,
     q: &Arc<Queue>,
     p: &crate::core::queue::Peeked,
 ) -> Option<Receipt> {
-    match p.held_by {
-        None => q.remove_waiting(p.seq),
-        Some(consumer) => {
-            let claim = ctx.broker.claim_holding(q, consumer)?;
-            ctx.broker.ack_claimed(weir, &claim, p.seq).ok()
+    let consumer = match p.held_by {
+        Some(consumer) => consumer,
+        None => match remove_waiting(q, p.seq).await {
+            Err(Untaken::InFlight(_, consumer)) => consumer,
+            waiting => return waiting.ok(),
+        },
+    };
+    let claim = ctx.broker.claim_holding(q, consumer)?;
+    ctx.broker.ack_claimed(weir, &claim, p.seq).ok()
+}
+
+/// Polls while a paged message is not written yet: it will be
+/// shortly, as the store writes in order.
+const UNWRITTEN_POLL: Duration = Duration::from_millis(2);
+/// How long a delete waits for that at most.
+const UNWRITTEN_WAIT: Duration = Duration::from_secs(5);
+
+/// [`Queue::remove_waiting`], waiting for a paged message the store has not
+/// written yet.
+async fn remove_waiting(q: &Arc<Queue>, seq: u64) -> std::result::Result<Receipt, Untaken> {
+    let deadline = tokio::time::Instant::now() + UNWRITTEN_WAIT;
+    loop {
+        match q.remove_waiting(seq) {
+            Err(Untaken::NotWrittenYet(_)) if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(UNWRITTEN_POLL).await
+            }
+            done => return done,
         }
     }
+}
+
+fn claimed() -> ZaqarError {
+    ZaqarError::Forbidden(
+        "This message is claimed; it cannot be deleted without a valid claim ID.".into(),
+    )
 }
 
 pub async fn get_one(ctx: Ctx, Path((queue, id)): Path<(String, String)>) -> Result<Json<Value>> {
@@ -428,14 +517,16 @@ pub async fn delete_one(
                     "A claim was specified, but the message is not currently claimed.".into(),
                 ),
             })?,
-        (None, Some(_)) => {
-            return Err(ZaqarError::Forbidden(
-                "This message is claimed; it cannot be deleted without a valid claim ID.".into(),
-            ))
-        }
-        (None, None) => match q.remove_waiting(p.seq) {
-            Some(receipt) => receipt,
-            None => return Ok(StatusCode::NO_CONTENT),
+        (None, Some(_)) => return Err(claimed()),
+        (None, None) => match remove_waiting(&q, p.seq).await {
+            Ok(receipt) => receipt,
+            Err(Untaken::InFlight(..)) => return Err(claimed()),
+            Err(Untaken::NotFound(_)) => return Ok(StatusCode::NO_CONTENT),
+            Err(Untaken::NotWrittenYet(_)) => {
+                return Err(ZaqarError::Unavailable(
+                    "The message is being written to disk; try again.".into(),
+                ))
+            }
         },
     };
     receipt.wait().await?;

@@ -44,7 +44,9 @@ pub fn id_of(message: &Message, seq: u64) -> String {
     }
 }
 
-/// The message named `id` in `queue`, waiting or in flight.
+/// The message named `id` in `queue`, waiting (in memory or paged) or in
+/// flight: by its sequence, or by its message id through the queue's index
+/// of them (the oldest, should two share it).
 pub fn find(queue: &Arc<Queue>, id: &str) -> Option<Peeked> {
     if is_sequence_id(id) {
         let seq: u64 = id[1..].parse().ok()?;
@@ -52,18 +54,7 @@ pub fn find(queue: &Arc<Queue>, id: &str) -> Option<Peeked> {
             .peek_one(seq)
             .filter(|p| id_of(&p.message, p.seq) == id);
     }
-    let mut after = 0;
-    loop {
-        let page = queue.peek(after, 256, true);
-        let last = page.last()?.seq;
-        if let Some(found) = page
-            .into_iter()
-            .find(|p| p.message.message_id.as_deref() == Some(id))
-        {
-            return Some(found);
-        }
-        after = last;
-    }
+    queue.peek_by_id(id).into_iter().next()
 }
 
 pub fn posted_by(message: &Message) -> Option<&str> {

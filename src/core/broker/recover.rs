@@ -4,7 +4,7 @@
 use super::Broker;
 use crate::core::error::CoreError;
 use crate::core::persist;
-use crate::core::queue::Queue;
+use crate::core::queue::{PagedAtStart, Queue};
 use crate::core::queue_record::QueueRecord;
 use crate::core::recovery_progress::RecoveryProgress;
 use crate::store::StoreError;
@@ -45,8 +45,8 @@ impl Broker {
 
         struct Loading {
             in_memory: Vec<(u64, Bytes)>,
-            /// Sequence and group of each message left on disk.
-            backlog: Vec<(u64, Option<Arc<str>>)>,
+            /// Sequence, group and message id of each message left on disk.
+            backlog: Vec<PagedAtStart>,
             next_seq: u64,
         }
         let mut loading: HashMap<u32, Loading> = HashMap::new();
@@ -73,9 +73,14 @@ impl Broker {
             if l.backlog.is_empty() && l.in_memory.len() < queue.settings().max_memory_messages {
                 l.in_memory.push((key.seq, record));
             } else {
-                // Paged back in lane by lane: only its group is kept.
+                // Paged back in lane by lane: only its group is kept, and
+                // its id for lookups by id.
                 match persist::decode(record) {
-                    Ok(stored) => l.backlog.push((key.seq, stored.message.group_id)),
+                    Ok(stored) => l.backlog.push((
+                        key.seq,
+                        stored.message.group_id,
+                        stored.message.message_id,
+                    )),
                     Err(e) => {
                         tracing::error!(queue = %queue.name(), seq = key.seq, error = %e, "skipping unreadable stored message");
                         stale.push(key);

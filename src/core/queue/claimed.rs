@@ -1,15 +1,16 @@
 //! What claims (see [`crate::core::claims`]) and HTTP clients that address
 //! messages one by one need of a queue beside dispatch: a look at its
-//! messages from a position on, the deliveries one consumer holds, a later
-//! expiry for them, and the removal of a waiting message by its sequence.
+//! messages from a position on, one by its sequence or message id, the
+//! deliveries one consumer holds, a later expiry for them, and the removal
+//! of a waiting message by its sequence.
 //! None of it runs on the dispatch path.
 
 use super::browse::Seen;
 use super::effects::AfterUnlock;
-use super::ready::Pick;
+use super::inspect::{MessageState, Untaken};
 use super::Queue;
 use crate::core::consumer::ConsumerId;
-use crate::core::message::Message;
+use crate::core::message::{now_ms, Message};
 use crate::core::receipt::Receipt;
 use crate::store::{MessageKey, Op};
 use std::sync::Arc;
@@ -62,21 +63,38 @@ impl Queue {
         seen
     }
 
-    /// One message by sequence, waiting (in memory) or in flight.
+    /// One message by sequence, waiting (in memory or paged) or in flight;
+    /// an expired one waiting to be dropped is not shown.
     pub fn peek_one(&self, seq: u64) -> Option<Peeked> {
-        let st = self.state.lock();
-        if let Some(flight) = st.in_flight.get(&seq) {
-            return Some(Peeked {
-                seq,
-                message: flight.entry.message.clone(),
-                delivery_count: flight.entry.delivery_count,
-                held_by: Some(flight.consumer),
-            });
-        }
-        drop(st);
-        self.peek(seq.saturating_sub(1), 1, false)
+        let found = self.find_message(seq)?;
+        let held_by = match found.state {
+            MessageState::InFlight { consumer } => Some(consumer),
+            _ if found.message.is_expired_at(now_ms()) => return None,
+            _ => None,
+        };
+        Some(Peeked {
+            seq,
+            message: found.message,
+            delivery_count: found.delivery_count,
+            held_by,
+        })
+    }
+
+    /// The messages whose message id is `id`, waiting or in flight, oldest
+    /// first (see [`Queue::find_by_message_id`]).
+    pub fn peek_by_id(&self, id: &str) -> Vec<Peeked> {
+        self.find_by_message_id(id)
             .into_iter()
-            .find(|p| p.seq == seq)
+            .map(|found| Peeked {
+                seq: found.seq,
+                held_by: match found.state {
+                    MessageState::InFlight { consumer } => Some(consumer),
+                    _ => None,
+                },
+                message: found.message,
+                delivery_count: found.delivery_count,
+            })
+            .collect()
     }
 
     /// Hands the messages `held` (sequence, deliveries so far) to
@@ -137,27 +155,15 @@ impl Queue {
         }
     }
 
-    /// Removes a waiting message that is in memory and nobody holds (ungrouped,
-    /// or the head of its group) for good, as an acknowledgement would.
-    /// `None` when it is not there: in flight, already gone, or paged to disk.
-    pub fn remove_waiting(self: &Arc<Self>, seq: u64) -> Option<Receipt> {
+    /// Removes a waiting message (ready, paged to disk, or waiting out a
+    /// redelivery delay) for good, as an acknowledgement would; the receipt
+    /// resolves once its record is deleted. One in flight stays with its
+    /// consumer ([`Untaken::InFlight`]).
+    pub fn remove_waiting(self: &Arc<Self>, seq: u64) -> Result<Receipt, Untaken> {
         let mut after = AfterUnlock::default();
         let receipt = {
             let mut st = self.state.lock();
-            let (priority, lane) = st
-                .ready
-                .entries_after(seq.saturating_sub(1))
-                .find(|e| e.seq == seq)
-                .map(|e| (e.message.priority, e.lane.clone()))?;
-            let pick = match &lane {
-                None => Pick::Ungrouped((9u8.saturating_sub(priority.min(9)), seq)),
-                Some(lane) if st.ready.lane_head(lane).is_some_and(|h| h.seq == seq) => {
-                    Pick::Lane(lane.clone(), false)
-                }
-                Some(_) => return None,
-            };
-            let owner = st.owner_of(&lane);
-            let entry = st.ready.take(&pick, owner)?;
+            let entry = self.take_entry(&mut st, seq)?;
             self.counters.acked(1);
             let receipt = match entry.persisted {
                 true => Receipt::from(self.store.submit(Op::DeleteMessage {
@@ -173,6 +179,6 @@ impl Queue {
             receipt
         };
         self.finish(after);
-        Some(receipt)
+        Ok(receipt)
     }
 }

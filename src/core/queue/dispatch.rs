@@ -73,6 +73,7 @@ impl Queue {
         let durable = message.durable || st.settings.durable;
         let seq = st.next_seq;
         st.next_seq += 1;
+        st.index_id(message.message_id.as_deref(), seq);
         let lane = message.group_id.as_ref().and_then(|g| st.groups.lane_of(g));
         let key = MessageKey {
             queue: self.id,

@@ -9,7 +9,7 @@ use super::effects::AfterUnlock;
 use super::ready::Entry;
 use super::{Move, Queue, State};
 use crate::core::consumer::{ConsumerId, MessageFilter};
-use crate::core::message::Message;
+use crate::core::message::{now_ms, Message};
 use crate::core::persist;
 use crate::store::{Completion, MessageKey, Op};
 use std::sync::Arc;
@@ -124,20 +124,21 @@ impl Queue {
         MessagePage { items, next }
     }
 
-    /// The message `seq`, wherever it is in the queue.
+    /// The message `seq`, wherever it is in the queue: O(log n) unless it
+    /// is grouped or waits out a redelivery delay; one disk read when paged.
     pub fn find_message(&self, seq: u64) -> Option<QueuedMessage> {
         let st = self.state.lock();
+        self.locate(&st, seq)
+    }
+
+    pub(super) fn locate(&self, st: &State, seq: u64) -> Option<QueuedMessage> {
         let found = |state, message: &Arc<Message>, delivery_count| QueuedMessage {
             seq,
             state,
             message: message.clone(),
             delivery_count,
         };
-        if let Some(e) = st
-            .ready
-            .entries_after(seq.saturating_sub(1))
-            .find(|e| e.seq == seq)
-        {
+        if let Some(e) = st.ready.get(seq) {
             return Some(found(MessageState::Ready, &e.message, e.delivery_count));
         }
         if let Some(flight) = st.in_flight.get(&seq) {
@@ -150,10 +151,6 @@ impl Queue {
                 flight.entry.delivery_count,
             ));
         }
-        if let Some((due_ms, e)) = st.waiting.iter().find(|(_, e)| e.seq == seq) {
-            let state = MessageState::Redelivering { due_ms };
-            return Some(found(state, &e.message, e.delivery_count));
-        }
         if st.backlog.contains(seq) {
             let stored = self.read_paged(seq).ok()?;
             return Some(found(
@@ -162,7 +159,30 @@ impl Queue {
                 stored.delivery_count,
             ));
         }
+        if let Some((due_ms, e)) = st.waiting.iter().find(|(_, e)| e.seq == seq) {
+            let state = MessageState::Redelivering { due_ms };
+            return Some(found(state, &e.message, e.delivery_count));
+        }
         None
+    }
+
+    /// The messages whose message id is `id` (JMS message id, STOMP
+    /// `message-id`, Zaqar id), oldest first, wherever they are in the
+    /// queue: one hash lookup (see [`super::ids`]), then as
+    /// [`Queue::find_message`]. Expired messages waiting to be dropped are
+    /// not shown.
+    pub fn find_by_message_id(&self, id: &str) -> Vec<QueuedMessage> {
+        let st = self.state.lock();
+        let now = now_ms();
+        st.ids
+            .seqs_of(id)
+            .into_iter()
+            .filter_map(|seq| self.locate(&st, seq))
+            .filter(|m| m.message.message_id.as_deref() == Some(id))
+            .filter(|m| {
+                matches!(m.state, MessageState::InFlight { .. }) || !m.message.is_expired_at(now)
+            })
+            .collect()
     }
 
     /// Up to `limit` messages available to consumers (ready or paged) with a
@@ -241,11 +261,7 @@ impl Queue {
             }
             return Ok(Entry::stored(seq, stored, lane, &self.memory));
         }
-        let ready = st
-            .ready
-            .entries_after(seq.saturating_sub(1))
-            .find(|e| e.seq == seq)
-            .map(|e| st.owner_of(&e.lane));
+        let ready = st.ready.get(seq).map(|e| st.owner_of(&e.lane));
         if let Some(owner) = ready {
             return st.ready.remove(seq, owner).ok_or(Untaken::NotFound(seq));
         }

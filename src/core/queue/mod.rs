@@ -16,6 +16,7 @@ mod dispatch;
 mod effects;
 mod flow;
 mod gate;
+mod ids;
 mod inspect;
 #[cfg(test)]
 mod model;
@@ -122,6 +123,8 @@ struct State {
     /// A wake-up is set for this time (epoch ms) to drop expired group
     /// heads that a selector passes over (see `dispatch`).
     expiry_wake_at: Option<u64>,
+    /// Sequences by message id (see [`ids`]).
+    ids: ids::MessageIds,
 }
 
 impl State {
@@ -189,6 +192,9 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// A message left on disk at start: its sequence, group and message id.
+pub type PagedAtStart = (u64, Option<Arc<str>>, Option<Arc<str>>);
+
 /// A message moving into a queue: its delivery count so far, and a store
 /// operation for the same write (see [`Queue::publish_moving`]).
 pub type Move = (Arc<Message>, u32, Option<Op>);
@@ -235,6 +241,7 @@ impl Queue {
                 starved: Vec::new(),
                 flow: Flow::default(),
                 expiry_wake_at: None,
+                ids: ids::MessageIds::default(),
             })),
         }
     }
@@ -476,12 +483,12 @@ impl Queue {
     }
 
     /// Loads messages found on disk at start: the first ones into memory, the
-    /// rest (their sequence and group) left as a backlog to page in lane by
+    /// rest (their sequence, group and message id) left as a backlog to page in lane by
     /// lane as consumers can take them.
     pub(crate) fn recover(
         &self,
         records: Vec<(u64, Bytes)>,
-        backlog: Vec<(u64, Option<Arc<str>>)>,
+        backlog: Vec<PagedAtStart>,
         next_seq: u64,
     ) {
         let mut st = self.state.lock();
@@ -493,6 +500,7 @@ impl Queue {
                         .group_id
                         .as_ref()
                         .and_then(|g| st.groups.lane_of(g));
+                    st.index_id(stored.message.message_id.as_deref(), seq);
                     let entry = Entry::stored(seq, stored, lane, &self.memory);
                     st.ready.push(entry, None);
                 }
@@ -501,7 +509,8 @@ impl Queue {
                 }
             }
         }
-        for (seq, group) in backlog {
+        for (seq, group, id) in backlog {
+            st.index_id(id.as_deref(), seq);
             let lane = group.as_ref().and_then(|g| st.groups.lane_of(g));
             st.backlog.push(lane, seq, None);
         }

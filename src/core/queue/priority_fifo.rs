@@ -61,6 +61,14 @@ impl PriorityFifo {
         Some(entry)
     }
 
+    /// The entry `seq`: a binary search per priority level.
+    pub fn get(&self, seq: u64) -> Option<&Entry> {
+        self.levels.iter().find_map(|deque| {
+            let at = deque.binary_search_by_key(&seq, |e| e.seq).ok()?;
+            deque.get(at)
+        })
+    }
+
     /// Every entry with its key, in taking order.
     pub fn iter(&self) -> impl Iterator<Item = (Key, &Entry)> + '_ {
         self.levels

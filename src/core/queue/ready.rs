@@ -241,10 +241,7 @@ impl ReadySet {
     /// moves it); `owner` is its lane's owner. A lane held back by a
     /// redelivery delay stays held.
     pub fn remove(&mut self, seq: u64, owner: Option<ConsumerId>) -> Option<Entry> {
-        let (lane, key) = self
-            .entries_after(seq.saturating_sub(1))
-            .find(|e| e.seq == seq)
-            .map(|e| (e.lane.clone(), key_of(e)))?;
+        let (lane, key) = self.get(seq).map(|e| (e.lane.clone(), key_of(e)))?;
         let entry = match lane {
             None => self.ungrouped.remove(&key)?,
             Some(lane) => {
@@ -309,6 +306,14 @@ impl ReadySet {
     /// Whether a lane is held back by a redelivery delay.
     pub fn is_held(&self, lane: &str) -> bool {
         !self.held.is_empty() && self.held.contains_key(lane)
+    }
+
+    /// The waiting message `seq`: O(log n) when ungrouped, a walk of the
+    /// groups' messages otherwise (lookups by id, not dispatch).
+    pub fn get(&self, seq: u64) -> Option<&Entry> {
+        self.ungrouped
+            .get(seq)
+            .or_else(|| self.lanes.values().flatten().find(|e| e.seq == seq))
     }
 
     /// Every waiting message with a sequence above `after`, in no order (browsing).
