@@ -86,12 +86,23 @@ pub struct Budget {
     limit: AtomicU64,
     low: AtomicU64,
     write_allowance: AtomicU64,
-    used: AtomicU64,
-    writing: AtomicU64,
+    /// Written by every charge and release.
+    counts: Counters,
     full: AtomicBool,
     over: AtomicBool,
     /// Woken when the budget stops being full or over.
     room: Notify,
+}
+
+/// A budget's two counters, on a cache line of their own. Producers charge
+/// and consumers release on different cores, so this line moves between
+/// them with every batch; the limits and flags every send reads (and the
+/// shared pointer's counts) stay on lines that are rarely written.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Counters {
+    used: AtomicU64,
+    writing: AtomicU64,
 }
 
 impl Budget {
@@ -101,8 +112,7 @@ impl Budget {
             limit: AtomicU64::new(u64::MAX),
             low: AtomicU64::new(u64::MAX),
             write_allowance: AtomicU64::new(u64::MAX),
-            used: AtomicU64::new(0),
-            writing: AtomicU64::new(0),
+            counts: Counters::default(),
             full: AtomicBool::new(false),
             over: AtomicBool::new(false),
             room: Notify::new(),
@@ -120,13 +130,13 @@ impl Budget {
             .store(write_allowance, Ordering::SeqCst);
         self.low.store(limit - limit / 10, Ordering::SeqCst);
         self.limit.store(limit, Ordering::SeqCst);
-        let used = self.used.load(Ordering::SeqCst);
+        let used = self.counts.used.load(Ordering::SeqCst);
         if used >= limit {
-            self.set(&self.full, &self.used, limit - limit / 10);
+            self.set(&self.full, &self.counts.used, limit - limit / 10);
         } else if used < limit - limit / 10 {
             self.clear(&self.full);
         }
-        if self.writing.load(Ordering::SeqCst) < write_allowance / 2 {
+        if self.counts.writing.load(Ordering::SeqCst) < write_allowance / 2 {
             self.clear(&self.over);
         }
     }
@@ -141,7 +151,7 @@ impl Budget {
     }
 
     pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
+        self.counts.used.load(Ordering::Relaxed)
     }
 
     /// Reached its limit and not yet back under the low mark.
@@ -158,15 +168,19 @@ impl Budget {
     }
 
     fn charge(&self, bytes: u64, paging: bool) {
-        let now = self.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
+        let now = self.counts.used.fetch_add(bytes, Ordering::SeqCst) + bytes;
         if now >= self.raw_limit() {
-            self.set(&self.full, &self.used, self.low.load(Ordering::Relaxed));
+            self.set(
+                &self.full,
+                &self.counts.used,
+                self.low.load(Ordering::Relaxed),
+            );
         }
         if paging {
-            let writing = self.writing.fetch_add(bytes, Ordering::SeqCst) + bytes;
+            let writing = self.counts.writing.fetch_add(bytes, Ordering::SeqCst) + bytes;
             let allowance = self.write_allowance.load(Ordering::Relaxed);
             if writing >= allowance {
-                self.set(&self.over, &self.writing, allowance / 2);
+                self.set(&self.over, &self.counts.writing, allowance / 2);
             }
         }
     }
@@ -187,13 +201,13 @@ impl Budget {
 
     fn release(&self, bytes: u64, paging: bool) {
         if paging {
-            let writing = self.writing.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+            let writing = self.counts.writing.fetch_sub(bytes, Ordering::SeqCst) - bytes;
             let allowance = self.write_allowance.load(Ordering::Relaxed);
             if writing < allowance / 2 && self.over.load(Ordering::SeqCst) {
                 self.clear(&self.over);
             }
         }
-        let now = self.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
+        let now = self.counts.used.fetch_sub(bytes, Ordering::SeqCst) - bytes;
         if now < self.low.load(Ordering::Relaxed) && self.full.load(Ordering::SeqCst) {
             self.clear(&self.full);
         }
