@@ -768,7 +768,7 @@ fn the_schedule_is_listed_and_edited_live() {
 /// what names the message or its destination is refused with 400 naming the field.
 #[test]
 fn scheduled_headers_are_edited_and_fixed_ones_refused() {
-    let (_dir, broker, api) = start(Some(CONFIG));
+    let (_dir, broker, api) = start(Some(&config()));
     let mut producer = login(&broker, "dev");
     producer.send_receipted(
         "/queue/hdrs",
