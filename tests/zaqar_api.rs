@@ -3,81 +3,16 @@
 
 mod common;
 
+use common::zaqar::Zaqar;
 use common::BrokerProcess;
-use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const CLIENT: &str = "3381af92-2b9e-11e3-b191-71861300734c";
 const OTHER_CLIENT: &str = "5f2c6f1e-0b7a-4d0e-9a43-1e2f3a4b5c6d";
 
-struct Zaqar {
-    base: String,
-    client: Client,
-    project: Option<&'static str>,
-    client_id: &'static str,
-}
-
 impl Zaqar {
-    fn new(broker: &BrokerProcess) -> Self {
-        Zaqar {
-            base: format!("http://{}", broker.http.expect("HTTP listener")),
-            client: Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-            project: None,
-            client_id: CLIENT,
-        }
-    }
-
-    fn in_project(mut self, project: &'static str) -> Self {
-        self.project = Some(project);
-        self
-    }
-
-    fn req(&self, method: &str, path: &str) -> RequestBuilder {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let r = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .header("Client-ID", self.client_id);
-        match self.project {
-            Some(p) => r.header("X-Project-Id", p),
-            None => r,
-        }
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<Value>) -> Response {
-        let r = self.req(method, path);
-        match body {
-            Some(b) => r.json(&b).send().unwrap(),
-            None => r.send().unwrap(),
-        }
-    }
-
-    fn json(&self, method: &str, path: &str, body: Option<Value>, status: StatusCode) -> Value {
-        let r = self.send(method, path, body);
-        assert_eq!(r.status(), status, "{method} {path}");
-        r.json().unwrap()
-    }
-
-    fn post_messages(&self, queue: &str, messages: Value) -> Vec<String> {
-        let body = self.json(
-            "POST",
-            &format!("/v2/queues/{queue}/messages"),
-            Some(json!({ "messages": messages })),
-            StatusCode::CREATED,
-        );
-        body["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h.as_str().unwrap().rsplit('/').next().unwrap().to_owned())
-            .collect()
-    }
-
     fn list(&self, queue: &str, query: &str) -> Vec<Value> {
         let body = self.json(
             "GET",

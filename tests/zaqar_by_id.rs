@@ -5,14 +5,11 @@
 
 mod common;
 
+use common::zaqar::{Zaqar, CLIENT};
 use common::BrokerProcess;
-use reqwest::blocking::{Client, Response};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::time::Duration;
-
-const CLIENT: &str = "3381af92-2b9e-11e3-b191-71861300734c";
 
 /// `deep` and `slow` page past five messages.
 const CONFIG: &str = r#"
@@ -25,55 +22,7 @@ name = "slow"
 max_memory_messages = 5
 "#;
 
-struct Zaqar {
-    base: String,
-    client: Client,
-}
-
 impl Zaqar {
-    fn new(broker: &BrokerProcess) -> Self {
-        Zaqar {
-            base: format!("http://{}", broker.http.expect("HTTP listener")),
-            client: Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<Value>) -> Response {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let r = self
-            .client
-            .request(method, format!("{}{path}", self.base))
-            .header("Client-ID", CLIENT);
-        match body {
-            Some(b) => r.json(&b).send().unwrap(),
-            None => r.send().unwrap(),
-        }
-    }
-
-    fn json(&self, method: &str, path: &str, body: Option<Value>, status: StatusCode) -> Value {
-        let r = self.send(method, path, body);
-        assert_eq!(r.status(), status, "{method} {path}");
-        r.json().unwrap()
-    }
-
-    fn post(&self, queue: &str, messages: Value) -> Vec<String> {
-        let body = self.json(
-            "POST",
-            &format!("/v2/queues/{queue}/messages"),
-            Some(json!({ "messages": messages })),
-            StatusCode::CREATED,
-        );
-        body["resources"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h.as_str().unwrap().rsplit('/').next().unwrap().to_owned())
-            .collect()
-    }
-
     /// The body of message `id` of `deep`, or `None` on 404.
     fn body_of(&self, id: &str) -> Option<Value> {
         let r = self.send("GET", &format!("/v2/queues/deep/messages/{id}"), None);
@@ -131,7 +80,7 @@ fn a_paged_message_is_got_and_deleted_by_id_after_kill_9_too() {
         let messages: Vec<Value> = (0..10)
             .map(|i| json!({"body": batch * 10 + i, "ttl": 3600}))
             .collect();
-        ids.extend(z.post("deep", json!(messages)));
+        ids.extend(z.post_messages("deep", json!(messages)));
     }
     assert!(paged(&z, "deep") >= 20, "most of them are on disk");
 
@@ -205,7 +154,7 @@ fn delayed_and_ready_messages_are_listed_page_by_page_once_each() {
         let messages: Vec<Value> = batch
             .map(|i| json!({"body": i, "delay": if i % 7 < 4 { 0 } else { 60 }}))
             .collect();
-        z.post("slow", json!(messages));
+        z.post_messages("slow", json!(messages));
     }
     assert!(paged(&z, "slow") > 0);
 

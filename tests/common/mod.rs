@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod amqp_raw;
+pub mod zaqar;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
