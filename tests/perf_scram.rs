@@ -7,7 +7,6 @@
 mod common;
 
 use common::BrokerProcess;
-use std::process::Command;
 use weir::core::security::{ScramCredential, ScramHash, DEFAULT_ITERATIONS};
 
 const PASSWORD_256: &str = "sha-256 secret";
@@ -27,36 +26,9 @@ fn config() -> String {
     )
 }
 
-/// Runs `weir perf` and returns its exit code, stdout (the JSON line) and stderr.
-fn weir_perf(args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("perf")
-        .args(["--json-only", "--drain-timeout", "5"])
-        .args(args)
-        .output()
-        .expect("run weir perf");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-fn delivers(args: &[&str], messages: u64) {
-    let (code, json, stderr) = weir_perf(args);
-    assert_eq!(code, Some(0), "{args:?}: {json} {stderr}");
-    for field in [
-        format!("\"sent\":{messages},"),
-        format!("\"received\":{messages},"),
-        "\"lost\":0,".to_owned(),
-    ] {
-        assert!(json.contains(&field), "{args:?}: no {field} in {json}");
-    }
-}
-
 /// Exit 2 with every one of `words` in the error line.
 fn refused(args: &[&str], words: &[&str]) {
-    let (code, json, stderr) = weir_perf(args);
+    let (code, json, stderr) = common::weir_perf(args);
     assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
     for word in words {
         assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
@@ -99,13 +71,13 @@ fn weir_perf_logs_in_with_plain_and_scram_and_reports_refusals() {
             "--sasl-mechanism",
             mechanism,
         ]);
-        delivers(&args, 500);
+        common::perf_delivers(&args, 500);
     }
     // STOMP: the same users through login and passcode.
     let base = run(&stomp, "perf.stomp");
     let mut args: Vec<&str> = base.iter().map(String::as_str).collect();
     args.extend(["--user", "s512", "--password", PASSWORD_512]);
-    delivers(&args, 500);
+    common::perf_delivers(&args, 500);
 
     // A wrong password, for each mechanism: the broker's outcome `auth`, named.
     let base = run(&amqp, "perf.refused");
@@ -154,7 +126,7 @@ fn weir_perf_logs_in_with_plain_and_scram_and_reports_refusals() {
     refused(&args, &["--sasl-mechanism", "AMQP only"]);
 
     // --logins: that many logins, one after another, each with the SCRAM exchange.
-    let (code, json, stderr) = weir_perf(&[
+    let (code, json, stderr) = common::weir_perf(&[
         "--url",
         &amqp,
         "--logins",
@@ -171,7 +143,7 @@ fn weir_perf_logs_in_with_plain_and_scram_and_reports_refusals() {
         json.starts_with("{\"mode\":\"logins\",\"mechanism\":\"SCRAM-SHA-512\",\"logins\":25,"),
         "{json}"
     );
-    let (code, json, stderr) = weir_perf(&[
+    let (code, json, stderr) = common::weir_perf(&[
         "--url",
         &stomp,
         "--logins",

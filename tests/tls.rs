@@ -864,34 +864,6 @@ fn the_management_api_is_served_over_https() {
         .is_err());
 }
 
-/// Runs `weir perf` with `args` and returns its exit code, its JSON line and its stderr.
-fn weir_perf(args: &[&str]) -> (Option<i32>, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
-        .arg("perf")
-        .args(["--json-only", "--drain-timeout", "5"])
-        .args(args)
-        .output()
-        .expect("run weir perf");
-    (
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
-/// `weir perf` over a TLS run: everything sent was received, nothing lost.
-fn perf_delivers(args: &[&str], messages: u64) {
-    let (code, json, stderr) = weir_perf(args);
-    assert_eq!(code, Some(0), "{args:?}: {json} {stderr}");
-    for field in [
-        format!("\"sent\":{messages},"),
-        format!("\"received\":{messages},"),
-        "\"lost\":0,".to_owned(),
-    ] {
-        assert!(json.contains(&field), "{args:?}: no {field} in {json}");
-    }
-}
-
 #[test]
 fn weir_perf_drives_stomps_and_amqps() {
     let pki = Pki::new();
@@ -930,7 +902,7 @@ fn weir_perf_drives_stomps_and_amqps() {
         "--queue",
         "perf.stomps",
     ];
-    perf_delivers(&[&stomp_run[..], &password[..]].concat(), 3000);
+    common::perf_delivers(&[&stomp_run[..], &password[..]].concat(), 3000);
     let amqp_run = [
         "--url",
         &amqps,
@@ -945,13 +917,13 @@ fn weir_perf_drives_stomps_and_amqps() {
         "--queue",
         "perf.amqps",
     ];
-    perf_delivers(&[&amqp_run[..], &password[..]].concat(), 3000);
-    perf_delivers(
+    common::perf_delivers(&[&amqp_run[..], &password[..]].concat(), 3000);
+    common::perf_delivers(
         &[&amqp_run[..], &password[..], &["--amqp-settled"][..]].concat(),
         3000,
     );
     // Bodies larger than a TLS record (16 KiB) and than an AMQP frame (1 MiB).
-    perf_delivers(
+    common::perf_delivers(
         &[
             &amqp_run[..4],
             &password[..],
@@ -968,25 +940,25 @@ fn weir_perf_drives_stomps_and_amqps() {
         20,
     );
     // A client certificate and no password: SASL EXTERNAL, and STOMP's certificate login.
-    perf_delivers(&[&amqp_run[..], &certificate[..]].concat(), 3000);
-    perf_delivers(&[&stomp_run[..], &certificate[..]].concat(), 3000);
+    common::perf_delivers(&[&amqp_run[..], &certificate[..]].concat(), 3000);
+    common::perf_delivers(&[&stomp_run[..], &certificate[..]].concat(), 3000);
     broker.wait_for_log("tls=true user=\"alice\"");
 
     // Refusals: a wrong password, a broker certificate from a CA not trusted, the broker's
     // name not in its certificate, a TLS URL without a CA, TLS options on a plain URL.
     let wrong = ["--login", "alice", "--passcode", "queen"];
-    let (code, _, stderr) = weir_perf(&[&amqp_run[..], &wrong[..]].concat());
+    let (code, _, stderr) = common::weir_perf(&[&amqp_run[..], &wrong[..]].concat());
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("SASL authentication failed"), "{stderr}");
-    let (code, _, stderr) = weir_perf(&[&stomp_run[..], &wrong[..]].concat());
+    let (code, _, stderr) = common::weir_perf(&[&stomp_run[..], &wrong[..]].concat());
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("ERROR"), "{stderr}");
     let clients_ca = pki.path("clients-ca.pem");
     let (code, _, stderr) =
-        weir_perf(&["--url", &stomps, "--tls-ca", clients_ca.to_str().unwrap()]);
+        common::weir_perf(&["--url", &stomps, "--tls-ca", clients_ca.to_str().unwrap()]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("TLS handshake"), "{stderr}");
-    let (code, _, stderr) = weir_perf(&[
+    let (code, _, stderr) = common::weir_perf(&[
         "--url",
         &amqps,
         "--tls-ca",
@@ -996,11 +968,11 @@ fn weir_perf_drives_stomps_and_amqps() {
     ]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("TLS handshake"), "{stderr}");
-    let (code, _, stderr) = weir_perf(&["--url", &stomps]);
+    let (code, _, stderr) = common::weir_perf(&["--url", &stomps]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--tls-ca"), "{stderr}");
     let plain = format!("stomp://{}", broker.stomp);
-    let (code, _, stderr) = weir_perf(&["--url", &plain, "--tls-ca", ca]);
+    let (code, _, stderr) = common::weir_perf(&["--url", &plain, "--tls-ca", ca]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("stomps://"), "{stderr}");
 }

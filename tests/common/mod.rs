@@ -481,3 +481,31 @@ impl<S: Socket> Stomp<S> {
         })
     }
 }
+
+/// Runs `weir perf` with `args` and returns its exit code, its JSON line and its stderr.
+pub fn weir_perf(args: &[&str]) -> (Option<i32>, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("perf")
+        .args(["--json-only", "--drain-timeout", "5"])
+        .args(args)
+        .output()
+        .expect("run weir perf");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A `weir perf` run: everything sent was received, nothing lost.
+pub fn perf_delivers(args: &[&str], messages: u64) {
+    let (code, json, stderr) = weir_perf(args);
+    assert_eq!(code, Some(0), "{args:?}: {json} {stderr}");
+    for field in [
+        format!("\"sent\":{messages},"),
+        format!("\"received\":{messages},"),
+        "\"lost\":0,".to_owned(),
+    ] {
+        assert!(json.contains(&field), "{args:?}: no {field} in {json}");
+    }
+}
