@@ -1,20 +1,18 @@
 //! One user's SCRAM credential and its text form, PostgreSQL's
 //! `SCRAM-SHA-256$<iterations>:<salt>$<stored key>:<server key>` (base64 fields).
 
-use super::hash::ScramHash;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use std::fmt;
 use std::str::FromStr;
 use subtle::ConstantTimeEq;
+use weir_scram::{ScramHash, MAX_ITERATIONS};
 
 /// RFC 7677's minimum, and PostgreSQL's default.
 pub const DEFAULT_ITERATIONS: u32 = 4096;
 const SALT_LEN: usize = 16;
 /// Below this, PBKDF2 no longer slows down guessing from a leaked config.
 const MIN_ITERATIONS: u32 = 4096;
-/// Above this, one PLAIN login costs the broker seconds of CPU.
-const MAX_ITERATIONS: u32 = 10_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CredentialError {
@@ -69,8 +67,8 @@ pub(super) fn salted_password(
     salt: &[u8],
     iterations: u32,
 ) -> Result<Vec<u8>, CredentialError> {
-    let prepared = stringprep::saslprep(password).map_err(|_| CredentialError::Saslprep)?;
-    Ok(hash.salted_password(prepared.as_bytes(), salt, iterations))
+    hash.salted_password(password, salt, iterations)
+        .map_err(|_| CredentialError::Saslprep)
 }
 
 impl ScramCredential {
@@ -94,13 +92,13 @@ impl ScramCredential {
         salt: Vec<u8>,
         salted: &[u8],
     ) -> Self {
-        let client_key = hash.hmac(salted, b"Client Key");
+        let keys = hash.keys(salted);
         Self {
             hash,
             iterations,
             salt,
-            stored_key: hash.h(&client_key),
-            server_key: hash.hmac(salted, b"Server Key"),
+            stored_key: keys.stored_key,
+            server_key: keys.server_key,
         }
     }
 
@@ -109,8 +107,7 @@ impl ScramCredential {
         let Ok(salted) = salted_password(self.hash, password, &self.salt, self.iterations) else {
             return false;
         };
-        let client_key = self.hash.hmac(&salted, b"Client Key");
-        self.verify_client_key(&client_key)
+        self.verify_client_key(&self.hash.keys(&salted).client_key)
     }
 
     /// `H(ClientKey) == StoredKey`, in constant time.

@@ -7,14 +7,13 @@
 
 pub mod audit;
 mod credential;
-mod hash;
 pub mod permissions;
 mod principal;
 pub mod scram;
 mod users;
 
 pub use credential::{CredentialError, ScramCredential, DEFAULT_ITERATIONS};
-pub use hash::ScramHash;
 pub use permissions::{Denied, Grants, Permission, Permissions, RoleNames, RoleSet};
 pub use principal::{Authorizer, Principal, QueueLimit, QueueSlot, UserPolicy};
 pub use users::{AuthError, Authenticator, Secret};
+pub use weir_scram::ScramHash;

@@ -3,10 +3,11 @@
 //! server-final. Channel binding is not offered (the `n` and `y` GS2 flags are accepted).
 
 use super::credential::{random_bytes, ScramCredential};
-use super::hash::ScramHash;
 use super::users::Authenticator;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
+use weir_scram::unescape_name;
+use weir_scram::ScramHash;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ScramError {
@@ -64,7 +65,7 @@ pub fn start(
         .next()
         .and_then(|a| a.strip_prefix("n="))
         .ok_or(ScramError::Malformed("no user name"))?;
-    let user = unescape_name(user)?;
+    let user = unescape_name(user).ok_or(ScramError::Malformed("bad escape in user name"))?;
     let client_nonce = attrs
         .next()
         .and_then(|a| a.strip_prefix("r="))
@@ -126,8 +127,7 @@ impl ScramServer {
             return Err(ScramError::InvalidProof);
         }
         let auth_message = format!("{},{without_proof}", self.auth_prefix);
-        let signature = hash.hmac(&self.credential.stored_key, auth_message.as_bytes());
-        let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(p, s)| p ^ s).collect();
+        let client_key = hash.unmask(&self.credential.stored_key, auth_message.as_bytes(), &proof);
         if !self.credential.verify_client_key(&client_key) || !self.known {
             return Err(ScramError::InvalidProof);
         }
@@ -159,23 +159,6 @@ fn split_gs2(text: &str) -> Result<(&str, &str), ScramError> {
     }
     let header_len = flag.len() + authzid.len() + 2;
     Ok((&text[..header_len], &text[header_len..]))
-}
-
-/// User names escape `,` and `=` as `=2C` and `=3D`.
-fn unescape_name(name: &str) -> Result<String, ScramError> {
-    let mut out = String::with_capacity(name.len());
-    let mut rest = name;
-    while let Some(at) = rest.find('=') {
-        out.push_str(&rest[..at]);
-        match rest.get(at..at + 3) {
-            Some("=2C") => out.push(','),
-            Some("=3D") => out.push('='),
-            _ => return Err(ScramError::Malformed("bad escape in user name")),
-        }
-        rest = &rest[at + 3..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! The configured users and the anonymous policy: the one place a login is decided.
 
 use super::credential::{random_bytes, CredentialError, ScramCredential, DEFAULT_ITERATIONS};
-use super::hash::ScramHash;
 use std::collections::HashMap;
 use std::time::Duration;
+use weir_scram::ScramHash;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {

@@ -6,12 +6,9 @@
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::{Digest, Sha256, Sha512};
+pub use weir_scram::ScramHash;
+use weir_scram::{escape_name, saslprep, MAX_ITERATIONS};
 
-/// More iterations than this and the broker is asking us to burn seconds of CPU per
-/// login (the broker's own ceiling for a credential).
-const MAX_ITERATIONS: u32 = 10_000_000;
 /// Random bytes in our nonce (24 base64 characters).
 const NONCE_BYTES: usize = 18;
 
@@ -33,79 +30,6 @@ pub enum ScramError {
     Saslprep,
     #[error("no random numbers from the operating system")]
     Random,
-}
-
-/// The hash a SCRAM mechanism is built on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScramHash {
-    Sha256,
-    Sha512,
-}
-
-impl ScramHash {
-    fn output_len(self) -> usize {
-        match self {
-            ScramHash::Sha256 => 32,
-            ScramHash::Sha512 => 64,
-        }
-    }
-
-    fn h(self, data: &[u8]) -> Vec<u8> {
-        match self {
-            ScramHash::Sha256 => Sha256::digest(data).to_vec(),
-            ScramHash::Sha512 => Sha512::digest(data).to_vec(),
-        }
-    }
-
-    fn mac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
-        match self {
-            ScramHash::Sha256 => mac::<Hmac<Sha256>>(key, data),
-            ScramHash::Sha512 => mac::<Hmac<Sha512>>(key, data),
-        }
-    }
-
-    /// Whether `signature` is `HMAC(key, data)`, compared in constant time.
-    fn verify(self, key: &[u8], data: &[u8], signature: &[u8]) -> bool {
-        fn run<M: Mac + KeyInit>(key: &[u8], data: &[u8], signature: &[u8]) -> bool {
-            match <M as KeyInit>::new_from_slice(key) {
-                Ok(mut m) => {
-                    m.update(data);
-                    m.verify_slice(signature).is_ok()
-                }
-                Err(_) => false,
-            }
-        }
-        match self {
-            ScramHash::Sha256 => run::<Hmac<Sha256>>(key, data, signature),
-            ScramHash::Sha512 => run::<Hmac<Sha512>>(key, data, signature),
-        }
-    }
-
-    /// `Hi(password, salt, i)`: PBKDF2 with HMAC.
-    fn salted_password(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
-        let mut out = vec![0; self.output_len()];
-        match self {
-            ScramHash::Sha256 => {
-                pbkdf2::pbkdf2_hmac::<Sha256>(password, salt, iterations, &mut out)
-            }
-            ScramHash::Sha512 => {
-                pbkdf2::pbkdf2_hmac::<Sha512>(password, salt, iterations, &mut out)
-            }
-        }
-        out
-    }
-}
-
-/// HMAC takes keys of any length, so `new_from_slice` does not fail; an empty result
-/// (never a panic) would only make the proof wrong.
-fn mac<M: Mac + KeyInit>(key: &[u8], data: &[u8]) -> Vec<u8> {
-    match <M as KeyInit>::new_from_slice(key) {
-        Ok(mut m) => {
-            m.update(data);
-            m.finalize().into_bytes().to_vec()
-        }
-        Err(_) => Vec::new(),
-    }
 }
 
 /// An exchange before the server-first message.
@@ -150,14 +74,13 @@ impl ScramClient {
         password: &str,
         nonce: String,
     ) -> Result<Self, ScramError> {
-        let password = stringprep::saslprep(password)
+        let password = saslprep(password)
             .map_err(|_| ScramError::Saslprep)?
             .into_owned();
-        let user = user.replace('=', "=3D").replace(',', "=2C");
         Ok(ScramClient {
             hash,
             password,
-            first_bare: format!("n={user},r={nonce}"),
+            first_bare: format!("n={},r={nonce}", escape_name(user)),
             nonce,
         })
     }
@@ -200,20 +123,16 @@ impl ScramClient {
             .filter(|i| (1..=MAX_ITERATIONS).contains(i))
             .ok_or_else(|| ScramError::Iterations(iterations.to_owned()))?;
         let hash = self.hash;
-        let salted = hash.salted_password(self.password.as_bytes(), &salt, iterations);
-        let client_key = hash.mac(&salted, b"Client Key");
-        let stored_key = hash.h(&client_key);
+        let salted = hash
+            .salted_password(&self.password, &salt, iterations)
+            .map_err(|_| ScramError::Saslprep)?;
+        let keys = hash.keys(&salted);
         let without_proof = format!("c={},r={nonce}", BASE64.encode(GS2_HEADER));
         let auth_message = format!("{},{text},{without_proof}", self.first_bare);
-        let signature = hash.mac(&stored_key, auth_message.as_bytes());
-        let proof: Vec<u8> = client_key
-            .iter()
-            .zip(&signature)
-            .map(|(k, s)| k ^ s)
-            .collect();
+        let proof = hash.unmask(&keys.stored_key, auth_message.as_bytes(), &keys.client_key);
         let check = ServerCheck {
             hash,
-            server_key: hash.mac(&salted, b"Server Key"),
+            server_key: keys.server_key,
             auth_message,
         };
         Ok((format!("{without_proof},p={}", BASE64.encode(proof)), check))
@@ -234,7 +153,7 @@ impl ServerCheck {
             .ok_or(ScramError::ServerFinal)?;
         if self
             .hash
-            .verify(&self.server_key, self.auth_message.as_bytes(), &signature)
+            .verify_hmac(&self.server_key, self.auth_message.as_bytes(), &signature)
         {
             Ok(())
         } else {
