@@ -1,6 +1,7 @@
 //! TLS over real sockets: STOMP and AMQP on TLS listeners, AMQP's TLS upgrade on a plain
 //! port, SASL EXTERNAL and STOMP logins by client certificate, client certificates that
-//! are missing, untrusted or expired, passwords kept to TLS, a certificate reload on SIGHUP
+//! are missing, untrusted or expired, `weir perf` logging in by certificate or SCRAM where
+//! certificates are required, passwords kept to TLS, a certificate reload on SIGHUP
 //! and on file change, and a start stopped by a bad file. Every certificate is made here, with rcgen.
 
 mod common;
@@ -26,6 +27,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::codec::Framed;
+use weir::core::security::{ScramCredential, ScramHash, DEFAULT_ITERATIONS};
 use weir::protocol::amqp::{
     AmqpFrameCodec, Frame, Inbound, Outbound, ProtocolHeader, SaslCode, SaslFrame, SaslInit, Symbol,
 };
@@ -136,6 +138,21 @@ impl Pki {
         )
     }
 
+    /// Files for `weir perf --tls-ca --tls-cert --tls-key`: the broker's CA, and alice's
+    /// client certificate and key.
+    fn perf_files(&self) -> PerfFiles {
+        let files = PerfFiles {
+            ca: self.path("server-ca.pem"),
+            cert: self.path("alice.pem"),
+            key: self.path("alice.key"),
+        };
+        let alice = self.client_ca.client("alice", false);
+        std::fs::write(&files.ca, self.server_ca.pem()).unwrap();
+        std::fs::write(&files.cert, &alice.cert).unwrap();
+        std::fs::write(&files.key, &alice.key).unwrap();
+        files
+    }
+
     /// A client trusting the broker's CA, showing `cert` if given.
     fn client(&self, cert: Option<&Issued>) -> Arc<ClientConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -157,6 +174,21 @@ impl Pki {
             None => builder.with_no_client_auth(),
         };
         Arc::new(config)
+    }
+}
+
+struct PerfFiles {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl PerfFiles {
+    fn args(&self) -> (&str, &str, &str) {
+        fn text(p: &Path) -> &str {
+            p.to_str().expect("temporary paths are UTF-8")
+        }
+        (text(&self.ca), text(&self.cert), text(&self.key))
     }
 }
 
@@ -871,14 +903,8 @@ fn weir_perf_drives_stomps_and_amqps() {
         "{USERS}[security]\nlogin_failure_delay = \"10ms\"\nrequire_tls_for_passwords = true\n{}",
         pki.tls_section("optional")
     ));
-    let ca = pki.path("server-ca.pem");
-    std::fs::write(&ca, pki.server_ca.pem()).unwrap();
-    let alice = pki.client_ca.client("alice", false);
-    let (cert, key) = (pki.path("alice.pem"), pki.path("alice.key"));
-    std::fs::write(&cert, &alice.cert).unwrap();
-    std::fs::write(&key, &alice.key).unwrap();
-    let ca = ca.to_str().unwrap();
-    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let files = pki.perf_files();
+    let (ca, cert, key) = files.args();
     let stomps = format!("stomps://{}", broker.stomp_tls);
     let amqps = format!("amqps://{}", broker.amqps);
     let password = ["--login", "alice", "--passcode", "wonderland"];
@@ -975,4 +1001,138 @@ fn weir_perf_drives_stomps_and_amqps() {
     let (code, _, stderr) = common::weir_perf(&["--url", &plain, "--tls-ca", ca]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("stomps://"), "{stderr}");
+}
+
+/// A listener that requires client certificates, where each login names the user the
+/// broker authorizes: `alice` by her certificate (SASL EXTERNAL, STOMP's certificate
+/// login), `bob` by SCRAM over the same TLS connection while showing alice's certificate.
+/// Each may use only its own addresses, so a run at the other's address is refused.
+#[test]
+fn weir_perf_logs_in_by_certificate_or_scram_where_certificates_are_required() {
+    let pki = Pki::new();
+    let bob = ScramCredential::derive(ScramHash::Sha256, "builder", DEFAULT_ITERATIONS).unwrap();
+    let alice =
+        ScramCredential::derive(ScramHash::Sha512, "wonderland", DEFAULT_ITERATIONS).unwrap();
+    let own = |role: &str| {
+        format!(
+            "send = [\"{role}\"]\nconsume = [\"{role}\"]\ncreate_address = [\"{role}\"]\n\
+             create_durable_queue = [\"{role}\"]\n"
+        )
+    };
+    let broker = Broker::start(&format!(
+        "[[users]]\nname = \"alice\"\ncredential = \"{alice}\"\nroles = [\"a\"]\n\
+         [[users]]\nname = \"bob\"\ncredential = \"{bob}\"\nroles = [\"b\"]\n\
+         [security]\nlogin_failure_delay = \"10ms\"\n\
+         [security.permissions.\"alice.#\"]\n{}[security.permissions.\"bob.#\"]\n{}{}",
+        own("a"),
+        own("b"),
+        pki.tls_section("required")
+    ));
+    let files = pki.perf_files();
+    let (ca, cert, key) = files.args();
+    let amqps = format!("amqps://{}", broker.amqps);
+    let stomps = format!("stomps://{}", broker.stomp_tls);
+    let run = |url: &str, queue: &str| -> Vec<String> {
+        [
+            "--url",
+            url,
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--messages",
+            "500",
+            "--receipt-every",
+            "50",
+            "--queue",
+            queue,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let scram_bob = [
+        "--login",
+        "bob",
+        "--passcode",
+        "builder",
+        "--sasl-mechanism",
+        "SCRAM-SHA-256",
+    ];
+    let args = |run: &[String], more: &[&'static str]| -> Vec<String> {
+        run.iter()
+            .cloned()
+            .chain(more.iter().map(|s| (*s).to_owned()))
+            .collect()
+    };
+    let perf = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::weir_perf(&args)
+    };
+    let delivers = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::perf_delivers(&args, 500);
+    };
+    // Exit 2, and the broker's refusal names the user it authorized.
+    let refused = |args: &[String], words: &[&str]| {
+        let (code, json, stderr) = perf(args);
+        assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
+        }
+    };
+    let denied = |user: &str, queue: &str| format!("user '{user}' may not consume at '{queue}'");
+
+    // alice's certificate and no login: SASL EXTERNAL and STOMP's certificate login, as alice.
+    delivers(&run(&amqps, "alice.external"));
+    delivers(&run(&stomps, "alice.stomp"));
+    for url in [&amqps, &stomps] {
+        refused(&run(url, "bob.x"), &[&denied("alice", "bob.x")]);
+    }
+    // The same certificate with a SCRAM login: the SASL user is the one authorized.
+    delivers(&args(&run(&amqps, "bob.scram"), &scram_bob));
+    refused(
+        &args(&run(&amqps, "alice.x"), &scram_bob),
+        &["amqp:unauthorized-access", &denied("bob", "alice.x")],
+    );
+    let scram_alice = [
+        "--login",
+        "alice",
+        "--passcode",
+        "wonderland",
+        "--sasl-mechanism",
+        "SCRAM-SHA-512",
+    ];
+    delivers(&args(&run(&amqps, "alice.scram"), &scram_alice));
+    // STOMP: a login header wins over the certificate too.
+    let stomp_bob = ["--login", "bob", "--passcode", "builder"];
+    delivers(&args(&run(&stomps, "bob.stomp"), &stomp_bob));
+    refused(
+        &args(&run(&stomps, "alice.x"), &stomp_bob),
+        &[&denied("bob", "alice.x")],
+    );
+    // A certificate does not stand in for a wrong SCRAM password.
+    let wrong = [
+        "--login",
+        "bob",
+        "--passcode",
+        "wrong",
+        "--sasl-mechanism",
+        "SCRAM-SHA-256",
+    ];
+    refused(
+        &args(&run(&amqps, "bob.x"), &wrong),
+        &["SASL authentication failed", "SCRAM-SHA-256", "\"bob\""],
+    );
+    // No certificate: the listener refuses the client, whatever its password.
+    let no_cert: Vec<String> = run(&amqps, "bob.x")
+        .into_iter()
+        .filter(|a| ![cert, key, "--tls-cert", "--tls-key"].contains(&a.as_str()))
+        .collect();
+    for (url, login) in [(&amqps, &scram_bob[..]), (&stomps, &stomp_bob[..])] {
+        let mut no_cert = no_cert.clone();
+        no_cert[1] = url.to_string();
+        refused(&args(&no_cert, login), &["CertificateRequired"]);
+    }
 }
