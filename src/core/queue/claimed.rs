@@ -174,6 +174,7 @@ impl Queue {
                 })),
                 false => Receipt::ready(),
             };
+            self.leave(entry);
             // Senders held back while the queue drained may go on.
             self.dispatch(&mut st, &mut after);
             receipt

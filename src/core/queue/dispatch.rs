@@ -243,7 +243,7 @@ impl Queue {
                     if !dropped.is_empty() {
                         for entry in dropped {
                             self.forget(&entry);
-                            after.diverted.push((entry.message, Diversion::Expired));
+                            after.diverted.push((self.leave(entry), Diversion::Expired));
                         }
                         continue;
                     }
@@ -271,7 +271,7 @@ impl Queue {
                 && entry.message.is_expired_at(*now.get_or_insert_with(now_ms))
             {
                 self.forget(&entry);
-                after.diverted.push((entry.message, Diversion::Expired));
+                after.diverted.push((self.leave(entry), Diversion::Expired));
                 continue;
             }
             if entry.avoid == Some(consumer) {
@@ -618,7 +618,7 @@ impl Queue {
             st.backlog.consumed(lane, 1);
             let entry = Entry::stored(seq, stored, lane.clone(), &self.memory);
             self.forget(&entry);
-            after.diverted.push((entry.message, Diversion::Expired));
+            after.diverted.push((self.leave(entry), Diversion::Expired));
             return Head::Expired;
         }
         if filter.matches(&stored.message) {

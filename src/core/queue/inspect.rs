@@ -241,7 +241,7 @@ impl Queue {
                 queue: self.id,
                 seq,
             }),
-            message: entry.message.clone(),
+            message: self.leave(entry),
         })
     }
 

@@ -293,6 +293,22 @@ impl Queue {
         &self.memory
     }
 
+    /// What the queue's own budget holds besides messages on their way to
+    /// disk, and the bytes charged to the messages it keeps in memory: the two
+    /// are equal whenever the queue is idle.
+    #[cfg(test)]
+    pub(crate) fn memory_accounting(&self) -> (u64, u64) {
+        let st = self.state.lock();
+        let held = st
+            .ready
+            .entries_after(0)
+            .chain(st.waiting.iter().map(|(_, e)| e))
+            .chain(st.in_flight.values().map(|f| &f.entry))
+            .map(|e| e.charge.bytes())
+            .sum();
+        (self.memory.used_in_memory(), held)
+    }
+
     /// Whether this queue's producers must stop: its policy is BLOCK and its
     /// memory limit or the broker's is reached. A protocol asks after a send
     /// and, while it holds, reads no more sends for the queue (or grants no
@@ -625,7 +641,10 @@ impl Queue {
     pub fn purge(self: &Arc<Self>) -> usize {
         let mut st = self.state.lock();
         self.deleted.store(true, Ordering::Release);
-        let n = st.ready.drain_all().len() + st.backlog.len() + st.waiting.drain_all().len();
+        let mut removed = st.ready.drain_all();
+        removed.extend(st.waiting.drain_all());
+        let n = removed.len() + st.backlog.len();
+        self.free_entries(removed);
         st.backlog.clear();
         self.store
             .submit_detached(Op::PurgeQueue { queue: self.id });
@@ -660,9 +679,11 @@ impl Queue {
                 .collect();
             // Under the lock, so the store sees this queue's changes in order.
             let completion = self.store.submit_all(deletes);
+            let removed = entries.len() + on_disk.len();
+            self.free_entries(entries);
             // Senders held back while the queue drained may go on.
             self.dispatch(&mut st, &mut after);
-            (entries.len() + on_disk.len(), completion)
+            (removed, completion)
         };
         self.finish(after);
         (removed, completion)
@@ -739,6 +760,22 @@ pub async fn producers_may_go(blocked_by: &Option<Arc<Queue>>) {
 /// `sched_yield` calls a second. A panic while holding it leaves the state as
 /// it was: nothing is half-applied across an await, so poisoning is ignored.
 struct StateLock(std::sync::Mutex<State>);
+
+impl Drop for Queue {
+    /// A deleted queue's messages give their bytes back to the broker's
+    /// budget (and, for the record, the queue's own).
+    fn drop(&mut self) {
+        let st = self
+            .state
+            .0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut held = st.ready.drain_all();
+        held.extend(st.waiting.drain_all());
+        held.extend(st.in_flight.drain().map(|(_, flight)| flight.entry));
+        self.free_entries(held);
+    }
+}
 
 impl StateLock {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -10,7 +10,7 @@ use super::redelivery;
 use super::{Diversion, InFlight, Queue, State};
 use crate::core::consumer::{ConsumerId, CreditMode, Release};
 use crate::core::error::CoreError;
-use crate::core::message::now_ms;
+use crate::core::message::{now_ms, Message};
 use crate::core::receipt::Receipt;
 use crate::store::{Completion, MessageKey, Op};
 use std::sync::{Arc, MutexGuard};
@@ -60,11 +60,13 @@ impl Queue {
         let result = {
             let mut result = Ok(());
             let mut acked = 0;
+            let mut freed = 0;
             for &seq in seqs {
                 let Some(flight) = take_in_flight_of(&mut st, seq, consumer) else {
                     result = Err(CoreError::UnknownDelivery(seq));
                     continue;
                 };
+                freed += flight.entry.charge.into_bytes();
                 if flight.entry.persisted {
                     deletes.push(Op::DeleteMessage {
                         key: MessageKey {
@@ -75,6 +77,7 @@ impl Queue {
                 }
                 acked += 1;
             }
+            self.memory.release_bytes(freed);
             refill(&mut st, consumer, acked);
             self.counters.acked(u64::from(acked));
             // Submitted under the lock so the store sees this queue's changes in order.
@@ -210,7 +213,9 @@ impl Queue {
             && entry.delivery_count >= st.settings.max_delivery_attempts;
         if how == Release::Reject || (how == Release::Failed && attempts_exhausted) {
             self.forget(&entry);
-            after.diverted.push((entry.message, Diversion::DeadLetter));
+            after
+                .diverted
+                .push((self.leave(entry), Diversion::DeadLetter));
             return;
         }
         if how == Release::Failed {
@@ -251,6 +256,20 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
         }
         self.finish(after);
+    }
+
+    /// Takes a message out of the queue's memory: its bytes go back to the
+    /// budgets. Every way an entry leaves other than an acknowledgement (which
+    /// gives back a batch at once) goes through here.
+    pub(super) fn leave(&self, entry: Entry) -> Arc<Message> {
+        self.memory.release(entry.charge);
+        entry.message
+    }
+
+    /// Gives the bytes of entries removed together back to the budgets at once.
+    pub(super) fn free_entries(&self, entries: Vec<Entry>) {
+        let bytes = entries.into_iter().map(|e| e.charge.into_bytes()).sum();
+        self.memory.release_bytes(bytes);
     }
 
     /// Deletes a message's record, if it has one.

@@ -296,3 +296,67 @@ async fn a_browser_sees_the_whole_queue_in_memory_and_on_disk() {
     let (_c, mut crx) = consumer(&broker, 1000, 0);
     receive(&mut crx, 150, true).await;
 }
+
+#[tokio::test]
+async fn every_way_a_message_leaves_gives_its_bytes_back() {
+    // Messages in memory, paged, in flight and waiting out a redelivery
+    // delay, taken out by acknowledgement, management take, clear and the
+    // queue's deletion: the broker's budget ends where it began.
+    let dir = tempfile::tempdir().unwrap();
+    let settings = QueueSettings {
+        redelivery_delay: Duration::from_secs(60),
+        ..small(4)
+    };
+    let broker = open(dir.path(), settings);
+    let global = broker.memory().clone();
+    for i in 0..12 {
+        send(&broker, &format!("m{i}"), None);
+    }
+    let queue = broker.queue("q").unwrap();
+    assert!(global.used() > 0);
+    let (sub, mut rx) = consumer(&broker, 3, 0);
+    let got = receive(&mut rx, 3, false).await;
+    queue.ack(got[0].consumer, &[got[0].seq]).unwrap();
+    queue
+        .release(got[1].consumer, got[1].seq, Release::Failed)
+        .unwrap();
+    let taken = queue.take_messages(&[got[1].seq]);
+    assert!(taken.iter().all(Result::is_ok), "{taken:?}");
+    queue.delete_records(&taken.into_iter().flatten().collect::<Vec<_>>());
+    // One paged out (or paged back in by now), once the writer has stored it.
+    let paged = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match queue.take_messages(&[7]).pop() {
+                Some(Err(crate::core::queue::Untaken::NotWrittenYet(_))) => {
+                    tokio::time::sleep(Duration::from_millis(10)).await
+                }
+                other => break other,
+            }
+        }
+    })
+    .await
+    .expect("written");
+    assert!(matches!(paged, Some(Ok(_))), "{paged:?}");
+    let (removed, _) = queue.clear();
+    assert!(removed > 0);
+    assert_eq!(
+        global.used(),
+        queue.memory().used(),
+        "only the one still in flight is charged"
+    );
+    assert!(queue.memory().used() > 0);
+    drop(sub);
+    drop(rx);
+    broker
+        .delete_queue_as("q", &crate::core::security::Principal::unrestricted())
+        .unwrap();
+    drop(queue);
+    drop(got);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while global.used() != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} bytes still charged", global.used()));
+}

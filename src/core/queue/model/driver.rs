@@ -309,7 +309,33 @@ impl Driver {
             Op::SetCredit { consumer, credit } => self.set_credit(*consumer, *credit)?,
             Op::Drain { consumer } => self.drain_credit(*consumer)?,
         }
-        self.check_owed(false)
+        self.check_owed(false)?;
+        self.check_memory()
+    }
+
+    /// The idle queue's budget against the bytes its messages hold. The
+    /// writer gives back what it has paged out on its own thread, between
+    /// the two counters the budget reads: a difference counts only once it
+    /// has lasted.
+    fn check_memory(&mut self) -> Step {
+        let mut tries = 0;
+        let (charged, held) = loop {
+            let (charged, held) = self.queue().memory_accounting();
+            tries += 1;
+            if charged == held || tries == 20 {
+                break (charged, held);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5 * tries));
+        };
+        match charged == held {
+            true => Ok(()),
+            false => Err(Violation {
+                invariant: Invariant::Memory,
+                detail: format!(
+                    "the queue's budget holds {charged} bytes, its messages in memory {held}"
+                ),
+            }),
+        }
     }
 
     /// Checks what the idle queue owes (with `accounted`, also that every

@@ -94,6 +94,10 @@ pub enum Invariant {
     Restart,
     /// The queue settles down between operations.
     Quiescence,
+    /// The queue's memory budget holds exactly the bytes of the messages it
+    /// keeps in memory (besides those on their way to disk): every way a
+    /// message leaves gives its bytes back.
+    Memory,
     /// A delay over `max_message_delay`, or a transaction over its limits, is
     /// refused (the delay clamped, if so set); nothing within them is.
     Limit,
