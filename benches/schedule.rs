@@ -7,16 +7,19 @@
 //! store is filled once through batched writes and kept in the target dir
 //! for later runs; its due times lie far ahead, so nothing ever falls due.
 
+#[path = "common/schedule_store.rs"]
+mod schedule_store;
+
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use schedule_store::{common_queue, entry, kept, size, FAR_AHEAD_MS, QUEUES, STEP_MS};
 use std::sync::Arc;
 use std::time::Duration;
 use weir::core::broker::DelayedDelivery;
 use weir::core::message::now_ms;
-use weir::core::persist;
 use weir::core::schedule::{Schedule, ScheduleOptions, ScheduleQuery};
 use weir::core::settings::QueueSettings;
 use weir::core::{Broker, BrokerOptions, Message};
-use weir::store::{FsyncPolicy, Op, ScheduleKey, Store, StoreOptions};
+use weir::store::{FsyncPolicy, Op, Store, StoreOptions};
 
 const N: u64 = 10_000;
 
@@ -82,32 +85,9 @@ fn bench(c: &mut Criterion) {
     rt.block_on(schedule.shutdown());
 }
 
-/// 2100-01-01: the listing store's messages never fall due.
-const FAR_AHEAD_MS: u64 = 4_102_444_800_000;
-/// Due times 1 ms apart, so the middle of the store is a due time too.
-const STEP_MS: u64 = 1;
-/// Messages in the common queues; one of every `RARE` goes to the rare queue.
-const QUEUES: u64 = 10;
-const RARE: u64 = 1_000;
-
-fn listing_size() -> u64 {
-    std::env::var("WEIR_SCHEDULE_LIST_N")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10_000_000)
-}
-
 /// Opens (filling it the first time) a store of `n` delayed messages.
 fn filled(n: u64) -> (Broker, Arc<Schedule>) {
-    let dir =
-        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("schedule-list-{n}"));
-    let done = dir.join("weir-bench-filled");
-    if !done.exists() {
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        fill(&dir, n);
-        std::fs::write(&done, b"").unwrap();
-    }
+    let dir = kept(&format!("schedule-list-{n}"), |dir| fill(dir, n));
     let started = std::time::Instant::now();
     let opened = open(&dir);
     eprintln!(
@@ -145,28 +125,11 @@ fn fill(dir: &std::path::Path, n: u64) {
     for start in (0..n).step_by(BATCH as usize) {
         let ops = (start..(start + BATCH).min(n))
             .map(|i| {
-                let (queue, name) = match i % RARE {
-                    0 => (rare, "rare".to_owned()),
-                    _ => (ids[(i % QUEUES) as usize], format!("q{}", i % QUEUES)),
+                let (key, record) = match common_queue(i) {
+                    None => entry(i, rare, "rare"),
+                    Some(q) => entry(i, ids[q as usize], &format!("q{q}")),
                 };
-                let due_ms = FAR_AHEAD_MS + i * STEP_MS;
-                let message = Message {
-                    address: Arc::from(name),
-                    body: bytes::Bytes::from(format!("message {i} {}", "x".repeat(100))),
-                    due_at: Some(due_ms),
-                    timestamp: now_ms(),
-                    durable: true,
-                    priority: 4,
-                    ..Default::default()
-                };
-                Op::PutScheduled {
-                    key: ScheduleKey {
-                        due_ms,
-                        queue,
-                        seq: i + 1,
-                    },
-                    record: persist::encode(&message, 0),
-                }
+                Op::PutScheduled { key, record }
             })
             .collect();
         // A few batches in flight keep the writer busy without unbounded memory.
@@ -184,7 +147,7 @@ fn fill(dir: &std::path::Path, n: u64) {
 }
 
 fn listing(c: &mut Criterion) {
-    let n = listing_size();
+    let n = size("WEIR_SCHEDULE_LIST_N");
     let rt = tokio::runtime::Runtime::new().unwrap();
     let _guard = rt.enter();
     let (_broker, schedule) = filled(n);

@@ -4,11 +4,11 @@
 
 mod common;
 
+use common::http::Api;
 use common::{free_port, users_config, BrokerProcess, Stomp};
-use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::Value;
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,49 +32,6 @@ fn config() -> String {
     users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
 }
 
-struct Api {
-    base: String,
-    client: Client,
-}
-
-impl Api {
-    fn new(addr: SocketAddr) -> Self {
-        Api {
-            base: format!("http://{addr}"),
-            client: Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn request(&self, method: reqwest::Method, path: &str, user: Option<&str>) -> RequestBuilder {
-        let r = self.client.request(method, format!("{}{path}", self.base));
-        match user {
-            Some(u) => r.basic_auth(u, Some("pw")),
-            None => r,
-        }
-    }
-
-    fn get(&self, path: &str, user: Option<&str>) -> Response {
-        self.request(reqwest::Method::GET, path, user)
-            .send()
-            .unwrap()
-    }
-
-    fn call(&self, method: &str, path: &str, user: Option<&str>) -> Response {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        self.request(method, path, user).send().unwrap()
-    }
-
-    /// GET as admin, 200 and its JSON.
-    fn json(&self, path: &str) -> Value {
-        let r = self.get(path, Some("admin"));
-        assert_eq!(r.status(), StatusCode::OK, "{path}");
-        r.json().unwrap()
-    }
-}
-
 /// The status is `status` and the body the JSON error with `code`; returns its message.
 fn assert_error(r: Response, status: StatusCode, code: &str) -> String {
     assert_eq!(r.status(), status);
@@ -92,7 +49,7 @@ fn assert_error(r: Response, status: StatusCode, code: &str) -> String {
 fn start(config: Option<&str>) -> (tempfile::TempDir, BrokerProcess, Api) {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start_with_http(&dir.path().join("data"), config);
-    let api = Api::new(broker.http.expect("HTTP listener"));
+    let api = Api::new(broker.http.expect("HTTP listener"), "admin");
     (dir, broker, api)
 }
 
@@ -674,19 +631,15 @@ fn the_schedule_is_listed_and_edited_live() {
         "bad_request",
     );
     let patch = |id: &str, body: &str| {
-        api.request(
-            reqwest::Method::PATCH,
-            &format!("/api/schedule/{id}"),
-            Some("admin"),
-        )
-        .header("content-type", "application/json")
-        .body(body.to_owned())
-        .send()
-        .unwrap()
+        api.request("PATCH", &format!("/api/schedule/{id}"), Some("admin"))
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+            .send()
+            .unwrap()
     };
     let reschedule = |id: &str, body: &str| {
         api.request(
-            reqwest::Method::POST,
+            "POST",
             &format!("/api/schedule/{id}/reschedule"),
             Some("admin"),
         )
@@ -855,7 +808,7 @@ fn scheduled_headers_are_edited_and_fixed_ones_refused() {
 
     // Durable: a kill -9 and restart finds it edited, and so it arrives.
     let broker = broker.restart();
-    let api = Api::new(broker.http.expect("HTTP listener"));
+    let api = Api::new(broker.http.expect("HTTP listener"), "admin");
     let after = api.json(&path);
     assert_eq!(after["headers"]["priority"], 8);
     assert_eq!(after["headers"]["subject"], "audited");
@@ -874,16 +827,6 @@ fn scheduled_headers_are_edited_and_fixed_ones_refused() {
     assert_eq!(f.header("JMSXGroupID"), Some("g7"));
     assert_eq!(f.header("content-type"), None, "cleared");
     assert!(f.header("expires").is_some());
-}
-
-impl Api {
-    fn patch(&self, path: &str, user: Option<&str>, body: &str) -> Response {
-        self.request(reqwest::Method::PATCH, path, user)
-            .header("content-type", "application/json")
-            .body(body.to_owned())
-            .send()
-            .unwrap()
-    }
 }
 
 #[test]
@@ -932,7 +875,7 @@ fn queue_settings_change_at_run_time_and_survive_a_restart() {
     // A pause and the settings are stored: a restart finds both.
     api.call("POST", "/api/queues/orders/pause", Some("admin"));
     let broker = broker.restart();
-    let api = Api::new(broker.http.expect("HTTP listener"));
+    let api = Api::new(broker.http.expect("HTTP listener"), "admin");
     let restarted = api.json("/api/queues/orders");
     assert_eq!(restarted["paused"], true);
     assert_eq!(restarted["settings"]["redelivery_delay"], 2000);

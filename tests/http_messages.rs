@@ -5,11 +5,11 @@
 
 mod common;
 
+use common::http::Api;
 use common::{users_config, BrokerProcess, Stomp};
-use reqwest::blocking::{Client, RequestBuilder, Response};
+use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 /// admin (ops) may manage; auditor (audit) may only view; dev (dev) may send and consume
@@ -44,65 +44,6 @@ fn config() -> String {
     users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
 }
 
-struct Api {
-    base: String,
-    client: Client,
-}
-
-impl Api {
-    fn new(addr: SocketAddr) -> Self {
-        Api {
-            base: format!("http://{addr}"),
-            client: Client::builder()
-                .timeout(Duration::from_secs(10))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn request(&self, method: &str, path: &str, user: Option<&str>) -> RequestBuilder {
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-        let r = self.client.request(method, format!("{}{path}", self.base));
-        match user {
-            Some(u) => r.basic_auth(u, Some("pw")),
-            None => r,
-        }
-    }
-
-    fn call(&self, method: &str, path: &str, user: Option<&str>) -> Response {
-        self.request(method, path, user).send().unwrap()
-    }
-
-    fn post(&self, path: &str, user: Option<&str>, body: Value) -> Response {
-        self.request("POST", path, user).json(&body).send().unwrap()
-    }
-
-    /// GET as auditor (view only), 200 and its JSON.
-    fn json(&self, path: &str) -> Value {
-        let r = self.call("GET", path, Some("auditor"));
-        assert_eq!(r.status(), StatusCode::OK, "{path}");
-        r.json().unwrap()
-    }
-
-    /// Every message of a queue, `limit` per page.
-    fn browse_all(&self, queue: &str, limit: usize) -> Vec<Value> {
-        let mut all = Vec::new();
-        let mut cursor = String::new();
-        loop {
-            let page = self.json(&format!(
-                "/api/queues/{queue}/messages?limit={limit}{cursor}"
-            ));
-            let items = page["items"].as_array().unwrap();
-            assert!(items.len() <= limit);
-            all.extend(items.iter().cloned());
-            match page["next"].as_str() {
-                Some(next) => cursor = format!("&cursor={next}"),
-                None => return all,
-            }
-        }
-    }
-}
-
 /// The status is `status` and the body the JSON error with `code`.
 fn assert_error(r: Response, status: StatusCode, code: &str) {
     assert_eq!(r.status(), status);
@@ -114,7 +55,7 @@ fn assert_error(r: Response, status: StatusCode, code: &str) {
 fn start() -> (tempfile::TempDir, BrokerProcess, Api) {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
-    let api = Api::new(broker.http.expect("HTTP listener"));
+    let api = Api::new(broker.http.expect("HTTP listener"), "auditor");
     (dir, broker, api)
 }
 

@@ -12,6 +12,24 @@ use std::time::{Duration, Instant};
 /// How long a message that is free to go may take to arrive.
 const PROMPT: Duration = Duration::from_secs(3);
 
+/// One `[[queues]]` table: the queue's name and its settings, each value as TOML
+/// writes it (`"500ms"` quoted, `100` not).
+fn queue(name: &str, settings: &[(&str, &str)]) -> String {
+    let mut toml = format!("[[queues]]\nname = \"{name}\"\n");
+    for (key, value) in settings {
+        toml.push_str(&format!("{key} = {value}\n"));
+    }
+    toml
+}
+
+/// A queue with a `redelivery_delay` when one is given, and otherwise nothing set.
+fn queue_redelivering(name: &str, delay: Option<&str>) -> String {
+    match delay {
+        Some(d) => queue(name, &[("redelivery_delay", &format!("\"{d}\""))]),
+        None => queue(name, &[]),
+    }
+}
+
 fn start(config: &str) -> (tempfile::TempDir, BrokerProcess) {
     let dir = tempfile::tempdir().unwrap();
     let broker = BrokerProcess::start(&dir.path().join("data"), Some(config));
@@ -179,7 +197,7 @@ fn redelivered(f: &Frame) -> bool {
 /// Consumer S (prefetch 1, never acks) owns group G; `depth` messages of G are sent,
 /// then 10 ungrouped and one delayed 500 ms. A second consumer must get all 11 promptly.
 fn no_head_of_line_blocking(depth: usize) {
-    let (_dir, broker) = start("[[queues]]\nname = \"hol\"\nmax_memory_messages = 100\n");
+    let (_dir, broker) = start(&queue("hol", &[("max_memory_messages", "100")]));
     let mut stalled = Client::new(&broker);
     stalled.subscribe("s", "/queue/hol", &[("ack", "client"), ("prefetch", "1")]);
     let mut producer = Client::new(&broker);
@@ -244,11 +262,7 @@ enum Return {
 /// G-1..G-5 sent; the owner (prefetch 2) takes G-1, G-2 and gives them back; the
 /// next consumer gets G-1..G-5 in order, 1 and 2 marked redelivered.
 fn group_order_survives(how: Return, redelivery_delay: Option<&str>) {
-    let mut config = "[[queues]]\nname = \"ord\"\n".to_owned();
-    if let Some(d) = redelivery_delay {
-        config.push_str(&format!("redelivery_delay = \"{d}\"\n"));
-    }
-    let (_dir, broker) = start(&config);
+    let (_dir, broker) = start(&queue_redelivering("ord", redelivery_delay));
     let mut owner = Client::new(&broker);
     owner.subscribe(
         "o",
@@ -321,7 +335,7 @@ fn group_order_survives_nack_with_redelivery_delay() {
 /// sent after it go first.
 #[test]
 fn a_nacked_ungrouped_message_waits_alone() {
-    let (_dir, broker) = start("[[queues]]\nname = \"alone\"\nredelivery_delay = \"500ms\"\n");
+    let (_dir, broker) = start(&queue("alone", &[("redelivery_delay", "\"500ms\"")]));
     let mut c = Client::new(&broker);
     c.subscribe("c", "/queue/alone", &[("ack", "client-individual")]);
     let mut producer = Client::new(&broker);
@@ -339,7 +353,7 @@ fn a_nacked_ungrouped_message_waits_alone() {
 
 #[test]
 fn exclusive_means_one_consumer_until_it_leaves() {
-    let (_dir, broker) = start("[[queues]]\nname = \"excl\"\nexclusive = true\n");
+    let (_dir, broker) = start(&queue("excl", &[("exclusive", "true")]));
     let mut a = Client::new(&broker);
     a.subscribe(
         "a",
@@ -392,9 +406,13 @@ fn exclusive_means_one_consumer_until_it_leaves() {
 
 #[test]
 fn consumers_before_dispatch_without_a_time_limit_then_stays_open() {
-    let (_dir, broker) = start(
-        "[[queues]]\nname = \"gate\"\nconsumers_before_dispatch = 2\ndelay_before_dispatch = -1\n",
-    );
+    let (_dir, broker) = start(&queue(
+        "gate",
+        &[
+            ("consumers_before_dispatch", "2"),
+            ("delay_before_dispatch", "-1"),
+        ],
+    ));
     let mut producer = Client::new(&broker);
     let six: Vec<_> = (1..=6).map(|i| plain(format!("m{i}"))).collect();
     producer.send_all("/queue/gate", &six);
@@ -421,9 +439,13 @@ fn consumers_before_dispatch_without_a_time_limit_then_stays_open() {
 
 #[test]
 fn delay_before_dispatch_zero_does_not_wait() {
-    let (_dir, broker) = start(
-        "[[queues]]\nname = \"nowait\"\nconsumers_before_dispatch = 2\ndelay_before_dispatch = \"0\"\n",
-    );
+    let (_dir, broker) = start(&queue(
+        "nowait",
+        &[
+            ("consumers_before_dispatch", "2"),
+            ("delay_before_dispatch", "\"0\""),
+        ],
+    ));
     let mut producer = Client::new(&broker);
     producer.send_all("/queue/nowait", &[plain("m1")]);
     let mut only = Client::new(&broker);
@@ -436,9 +458,13 @@ fn delay_before_dispatch_zero_does_not_wait() {
 
 #[test]
 fn delay_before_dispatch_waits_that_long_for_the_count() {
-    let (_dir, broker) = start(
-        "[[queues]]\nname = \"wait\"\nconsumers_before_dispatch = 2\ndelay_before_dispatch = \"700ms\"\n",
-    );
+    let (_dir, broker) = start(&queue(
+        "wait",
+        &[
+            ("consumers_before_dispatch", "2"),
+            ("delay_before_dispatch", "\"700ms\""),
+        ],
+    ));
     let mut producer = Client::new(&broker);
     producer.send_all("/queue/wait", &[plain("m1")]);
     let mut only = Client::new(&broker);
@@ -460,7 +486,7 @@ fn delay_before_dispatch_waits_that_long_for_the_count() {
 // 5. Browsers see the whole queue ----------------------------------------------------
 
 fn browser_sees_everything(count: usize) {
-    let (_dir, broker) = start("[[queues]]\nname = \"browse\"\nmax_memory_messages = 100\n");
+    let (_dir, broker) = start(&queue("browse", &[("max_memory_messages", "100")]));
     let mut producer = Client::new(&broker);
     let all: Vec<_> = (1..=count).map(|i| plain(format!("m{i}"))).collect();
     producer.send_all("/queue/browse", &all);
@@ -497,7 +523,7 @@ fn a_browser_sees_a_queue_ten_times_deeper_than_memory() {
 
 #[test]
 fn a_group_waits_for_its_owner_when_its_selector_rejects_the_next_message() {
-    let (_dir, broker) = start("[[queues]]\nname = \"sel\"\n");
+    let (_dir, broker) = start(&queue("sel", &[]));
     let mut owner = Client::new(&broker);
     owner.subscribe(
         "o",
@@ -546,7 +572,7 @@ fn a_group_waits_for_its_owner_when_its_selector_rejects_the_next_message() {
 // AMQP outcomes ----------------------------------------------------------------------
 
 mod amqp {
-    use super::{start_amqp, Client, PROMPT};
+    use super::{queue_redelivering, start_amqp, Client, PROMPT};
     use fe2o3_amqp::link::delivery::Delivery;
     use fe2o3_amqp::link::CreditMode;
     use fe2o3_amqp::types::messaging::{Body, Modified};
@@ -589,11 +615,7 @@ mod amqp {
     /// back, newest first. Released or failed, the owner stays bound and gets them back
     /// before G-3; undeliverable-here, the group goes to a STOMP consumer, in order.
     async fn owner_returns(how: Outcome, redelivery_delay: Option<&str>) {
-        let mut config = "[[queues]]\nname = \"amqp.ord\"\n".to_owned();
-        if let Some(d) = redelivery_delay {
-            config.push_str(&format!("redelivery_delay = \"{d}\"\n"));
-        }
-        let (_dir, broker) = start_amqp(&config);
+        let (_dir, broker) = start_amqp(&queue_redelivering("amqp.ord", redelivery_delay));
         let addr = broker.amqp.expect("AMQP listener");
         let mut connection = Connection::open("semantics", format!("amqp://{addr}").as_str())
             .await

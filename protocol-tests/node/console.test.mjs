@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import puppeteer from 'puppeteer-core';
-import { Broker, connectClient, withReceipt, timeout, unique, repoRoot, USER, PASSWORD } from './harness.mjs';
+import { Broker, Inbox, connectClient, withReceipt, timeout, unique, repoRoot, USER, PASSWORD } from './harness.mjs';
 
 const CHROMIUM = process.env.CHROMIUM
   ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find(existsSync);
@@ -18,10 +18,14 @@ let browser;
 let stomp;
 let origin;
 
-async function api(method, path) {
+async function api(method, path, body) {
   const response = await fetch(`${origin}${path}`, {
     method,
-    headers: { Authorization: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}` },
+    headers: {
+      Authorization: `Basic ${Buffer.from(`${USER}:${PASSWORD}`).toString('base64')}`,
+      ...(body === undefined ? {} : { 'Content-Type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
   });
   const text = await response.text();
   return { status: response.status, body: text ? JSON.parse(text) : null };
@@ -228,6 +232,80 @@ test('the schedule shows a delayed message on the timeline; the console edits, r
   assert.deepEqual(body.items, [], 'the API no longer lists it');
   assert.deepEqual(problems, []);
   await page.close();
+});
+
+test('the console edits a delayed message\'s headers, shows what the broker refuses, and a consumer gets them', async () => {
+  const queue = unique('headers');
+  await send(queue, ['with headers'], {
+    AMQ_SCHEDULED_DELAY: '600000', priority: '2', 'correlation-id': 'c-1', 'content-type': 'text/plain',
+  });
+  const { page, problems } = await consolePage();
+  await page.goto(`${origin}/console/#/schedule?queue=${queue}`);
+  const row = '#list tr[data-id]';
+  await page.waitForSelector(row, { timeout: 10000 });
+  const id = await page.$eval(row, r => r.dataset.id);
+  await page.click(`${row} [data-edit]`);
+  await page.waitForSelector('#ask[open] input[name=correlation_id]');
+  const shown = name => page.$eval(`#ask [name=${name}]`, i => i.value);
+  assert.equal(await shown('priority'), '2');
+  assert.equal(await shown('correlation_id'), 'c-1');
+  assert.equal(await shown('content_type'), 'text/plain');
+  assert.equal(await shown('reply_to'), '');
+
+  const retype = async (name, value) => {
+    await page.$eval(`#ask input[name=${name}]`, i => { i.value = ''; });
+    if (value) await page.type(`#ask input[name=${name}]`, value);
+  };
+  await page.select('#ask select[name=priority]', '7');
+  await retype('correlation_id', 'c-console');
+  await retype('reply_to', '/queue/replies');
+  await retype('content_type', '');
+  await retype('group_id', 'g-console');
+  await retype('ttl', '3600');
+  // Beyond 32 bits: the broker answers 400 naming group_seq, and the dialog comes back.
+  await retype('group_seq', '4294967296');
+  await page.click('#ask-ok');
+  await page.waitForSelector('#ask[open] #edit-error', { timeout: 10000 });
+  assert.match(await page.$eval('#edit-error', e => e.textContent), /group_seq/);
+  await screenshot(page, 'console-schedule-edit.png');
+  assert.ok(await page.$eval('#ask input[name=group_seq]', i => i.classList.contains('invalid')));
+  assert.equal(await shown('correlation_id'), 'c-console', 'what was typed is kept');
+  const { body: untouched } = await api('GET', `/api/schedule/${encodeURIComponent(id)}`);
+  assert.equal(untouched.headers.correlation_id, 'c-1', 'nothing is saved from a refused edit');
+
+  await retype('group_seq', '3');
+  const asked = Date.now();
+  await page.click('#ask-ok');
+  await page.waitForFunction(() => /Saved/.test(document.getElementById('toast').textContent),
+    { timeout: 10000 });
+  const { body: viewed } = await api('GET', `/api/schedule/${encodeURIComponent(id)}`);
+  assert.equal(viewed.headers.priority, 7);
+  assert.equal(viewed.headers.correlation_id, 'c-console');
+  assert.equal(viewed.headers.reply_to, '/queue/replies');
+  assert.equal(viewed.headers.content_type, null);
+  assert.equal(viewed.headers.group_seq, 3);
+  assert.equal(viewed.group_id, 'g-console');
+  const expires = viewed.headers.expires_ms;
+  assert.ok(expires >= asked + 3600000 && expires <= Date.now() + 3600000, `expires ${expires - asked} ms after asking`);
+  assert.equal(viewed.body_text, 'with headers', 'the body is kept');
+  assert.deepEqual(problems, []);
+  await page.close();
+
+  // Due now: a STOMP consumer gets the message as edited.
+  const due = await api('POST', `/api/schedule/${encodeURIComponent(id)}/reschedule`, { delay_ms: 0 });
+  assert.equal(due.status, 200, JSON.stringify(due.body));
+  const inbox = new Inbox();
+  const subscription = stomp.subscribe(`/queue/${queue}`, inbox.push);
+  const message = await inbox.next(10000);
+  subscription.unsubscribe();
+  assert.equal(message.body, 'with headers');
+  assert.equal(message.headers.priority, '7');
+  assert.equal(message.headers['correlation-id'], 'c-console');
+  assert.equal(message.headers['reply-to'], '/queue/replies');
+  assert.equal(message.headers['content-type'], undefined);
+  assert.equal(message.headers.JMSXGroupID, 'g-console');
+  assert.equal(message.headers.JMSXGroupSeq, '3');
+  assert.equal(Number(message.headers.expires), expires);
 });
 
 test('the connections page lists the STOMP client and closes it by a click', async () => {

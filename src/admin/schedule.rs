@@ -466,22 +466,14 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
         }
         Action::Edit { key, change } => {
             let key = schedule::parse_key(&key).ok_or(CliError::BadKey(key))?;
-            let properties =
-                match change.changes_properties() {
-                    true => {
-                        let entry = schedule::read_stored(&store, key)?
-                            .ok_or_else(|| ScheduleError::NotFound(schedule::format_key(&key)))?;
-                        let current =
-                            entry.message.properties.list().iter().map(|(name, value)| {
-                                PropertyEntry {
-                                    name: name.to_string(),
-                                    value: value.into(),
-                                }
-                            });
-                        Some(change.properties(current.collect())?)
-                    }
-                    false => None,
-                };
+            let properties = match change.changes_properties() {
+                true => {
+                    let entry = schedule::read_stored(&store, key)?
+                        .ok_or_else(|| ScheduleError::NotFound(schedule::format_key(&key)))?;
+                    Some(change.properties(PropertyEntry::all_of(&entry.message))?)
+                }
+                false => None,
+            };
             let edit = MessageEdit {
                 properties,
                 body: change.body()?.map(bytes::Bytes::from),

@@ -172,15 +172,7 @@ impl MessageView {
             content_type: text(&m.content_type),
             subject: text(&m.subject),
             user_id: text(&m.user_id),
-            properties: m
-                .properties
-                .list()
-                .iter()
-                .map(|(name, value)| PropertyEntry {
-                    name: name.to_string(),
-                    value: value.into(),
-                })
-                .collect(),
+            properties: PropertyEntry::all_of(m),
             size: m.body.len(),
             body: Body::of(&m.body, preview),
         }

@@ -89,20 +89,31 @@ pub(super) fn build_index(db: &DB) -> Result<(), StoreError> {
     // crash before then loses no more than an unfinished build.
     let mut unlogged = WriteOptions::default();
     unlogged.disable_wal(true);
-    let mut batch = WriteBatch::default();
+    // Entries come in due-time order, index keys go in queue order: each
+    // batch is sorted first, so the memtable takes its keys one after the
+    // other instead of searching for each one's place afresh.
+    let mut keys = Vec::with_capacity(BUILD_BATCH);
     let mut indexed = 0u64;
+    let write = |keys: &mut Vec<[u8; ScheduleKey::LEN]>| {
+        keys.sort_unstable();
+        let mut batch = WriteBatch::default();
+        for key in keys.drain(..) {
+            batch.put_cf(index, key, b"");
+        }
+        db.write_opt(batch, &unlogged)
+    };
     while iter.valid() {
         let Some(raw) = iter.key() else { break };
         let key = ScheduleKey::decode(raw).ok_or_else(|| StoreError::Corrupt(raw.to_vec()))?;
-        batch.put_cf(index, index_key(&key), b"");
+        keys.push(index_key(&key));
         indexed += 1;
-        if batch.len() >= BUILD_BATCH {
-            db.write_opt(std::mem::take(&mut batch), &unlogged)?;
+        if keys.len() >= BUILD_BATCH {
+            write(&mut keys)?;
         }
         iter.next();
     }
     iter.status()?;
-    db.write_opt(batch, &unlogged)?;
+    write(&mut keys)?;
     db.flush_cf(index)?;
     let mut sync = WriteOptions::default();
     sync.set_sync(true);

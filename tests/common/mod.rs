@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod amqp_raw;
+pub mod http;
 pub mod zaqar;
 
 use std::io::{Read, Write};

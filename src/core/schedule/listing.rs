@@ -99,6 +99,21 @@ pub struct PropertyEntry {
     pub value: PropertyValue,
 }
 
+impl PropertyEntry {
+    /// Every user property of `message`, in its order, typed.
+    pub fn all_of(message: &Message) -> Vec<PropertyEntry> {
+        message
+            .properties
+            .list()
+            .iter()
+            .map(|(name, value)| PropertyEntry {
+                name: name.to_string(),
+                value: value.into(),
+            })
+            .collect()
+    }
+}
+
 /// A property value, tagged with its type so a number stays a number.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "value", rename_all = "lowercase")]
@@ -250,15 +265,7 @@ impl ScheduledSummary {
             message_id: text(&message.message_id),
             group_id: text(&message.group_id),
             headers: headers(message),
-            properties: message
-                .properties
-                .list()
-                .iter()
-                .map(|(name, value)| PropertyEntry {
-                    name: name.to_string(),
-                    value: value.into(),
-                })
-                .collect(),
+            properties: PropertyEntry::all_of(message),
             body_preview: String::from_utf8_lossy(preview).into_owned(),
             body_truncated: preview.len() < message.body.len(),
         }

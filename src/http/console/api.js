@@ -6,10 +6,12 @@ const KEY = 'weir.console.auth';
 const USER_KEY = 'weir.console.user';
 
 export class ApiError extends Error {
-  constructor(status, code, message) {
+  constructor(status, code, message, field = null) {
     super(message);
     this.status = status;
     this.code = code;
+    /** The input a 400 names as wrong (`field` in the error body), if it names one. */
+    this.field = field;
   }
 }
 
@@ -62,6 +64,7 @@ export async function api(method, path, body) {
       response.status,
       data?.error ?? `http_${response.status}`,
       data?.message ?? `${response.status} ${response.statusText}`,
+      data?.field ?? null,
     );
     if (response.status === 401) window.dispatchEvent(new CustomEvent('weir:unauthorized', { detail: error }));
     throw error;

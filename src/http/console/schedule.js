@@ -3,7 +3,7 @@
 // editable, reschedulable and cancellable before it is due.
 
 import { get, post, patch, del, seg, query, notServed } from './api.js';
-import { html, render, num, bytes, time, relative, ask, act } from './ui.js';
+import { html, raw, render, num, bytes, time, relative, ask, act, toast } from './ui.js';
 import { barChart } from './chart.js';
 
 const RANGES = [
@@ -15,6 +15,100 @@ const RANGES = [
 ];
 const BUCKETS = 60;
 const LIMIT = 100;
+
+// The standard headers an edit may change (the API's names), each shown with its
+// current value; emptying one clears it.
+const TEXT_HEADERS = [
+  ['correlation_id', 'Correlation id'],
+  ['reply_to', 'Reply to'],
+  ['content_type', 'Content type'],
+  ['subject', 'Subject'],
+  ['group_id', 'Group id'],
+  ['group_seq', 'Group sequence'],
+];
+
+/** Input the console refuses before asking the broker, naming the field as the API does. */
+class FieldError extends Error {
+  constructor(field, message) {
+    super(`${field}: ${message}`);
+    this.field = field;
+  }
+}
+
+/** The message's editable headers as the form shows them (strings; '' for none). */
+function currentHeaders(m) {
+  const out = { priority: String(m.headers.priority), expires_ms: m.headers.expires_ms ?? null };
+  for (const [name] of TEXT_HEADERS) {
+    const value = name === 'group_id' ? m.group_id : m.headers[name];
+    out[name] = value === null || value === undefined ? '' : String(value);
+  }
+  return out;
+}
+
+/** The form input a refused field belongs to. */
+function inputOf(field) {
+  return field === 'ttl_ms' || field === 'expires_ms' ? 'ttl' : field;
+}
+
+function editForm(m, properties, current, entered, problem) {
+  const value = name => (entered ? entered.get(name) ?? '' : current[name] ?? '');
+  const bad = problem?.field ? inputOf(problem.field) : null;
+  // The refused input is marked, says why, and has the focus when the dialog opens.
+  const mark = name => (name === bad ? raw('class="invalid" aria-invalid="true" autofocus') : '');
+  const why = name => (name === bad ? html`<span class="error field-error">${problem.message}</span>` : '');
+  const priority = value('priority');
+  const expires = m.headers.expires_ms;
+  const text = entered?.has('body') ? entered.get('body') : m.body_text;
+  return html`${problem ? html`<p class="error" id="edit-error" role="alert">Not saved: ${problem.message}</p>` : ''}
+    <table class="kv">
+      <tr><th>Queue</th><td>${m.queue}</td></tr>
+      <tr><th>Due</th><td>${time(m.due_ms)} (${relative(m.due_ms)})</td></tr>
+      <tr><th>Enqueued</th><td>${time(m.enqueued_ms)}</td></tr>
+      <tr><th>Message id</th><td>${m.message_id ?? '–'}</td></tr>
+      <tr><th>User id</th><td>${m.headers.user_id ?? '–'}</td></tr>
+    </table>
+    <fieldset class="headers"><legend>Headers <span class="muted">(an emptied one is cleared)</span></legend>
+      <label>Priority <select name="priority" ${mark('priority')}>${
+        Array.from({ length: 10 }, (_, p) => html`<option value="${p}" ${String(p) === priority ? 'selected' : ''}>${p}</option>`)}</select>${why('priority')}</label>
+      <div><label>Expires in (seconds from now; now ${expires ? html`${time(expires)}, ${relative(expires)}` : 'never'})
+        <input name="ttl" inputmode="decimal" autocomplete="off" value="${entered?.get('ttl') ?? ''}" ${mark('ttl')}>${why('ttl')}</label>
+        <label class="check"><input type="checkbox" name="no_expiry" ${entered?.has('no_expiry') ? 'checked' : ''}> Never expires</label></div>
+      ${TEXT_HEADERS.map(([name, label]) => html`<label>${label}
+        <input name="${name}" value="${value(name)}" autocomplete="off" ${mark(name)}
+          ${name === 'group_seq' ? 'inputmode="numeric"' : ''}>${why(name)}</label>`)}
+    </fieldset>
+    <label>Properties (typed: {"name", "value": {"type", "value"}})
+      <textarea name="properties" ${mark('properties')}>${entered ? entered.get('properties') : properties}</textarea>${why('properties')}</label>
+    ${text === null || text === undefined
+      ? html`<p class="muted">The body is ${bytes(m.size)} of binary data; it is kept as it is.</p>`
+      : html`<label>Body <textarea name="body" ${mark('body')}>${text}</textarea>${why('body')}</label>`}`;
+}
+
+/**
+ * The headers the form changes, as `PATCH /api/schedule/ID` takes them: null clears
+ * one. Numbers go as numbers and anything else as typed, for the broker to judge.
+ */
+function headerChanges(form, current) {
+  const out = {};
+  const number = text => (text.trim() !== '' && Number.isFinite(Number(text)) ? Number(text) : text);
+  if (form.get('priority') !== current.priority) out.priority = Number(form.get('priority'));
+  const ttl = form.get('ttl').trim();
+  if (form.has('no_expiry')) {
+    if (ttl) throw new FieldError('ttl_ms', 'give a time to live or never, not both');
+    if (current.expires_ms !== null) out.expires_ms = null;
+  } else if (ttl) {
+    const seconds = Number(ttl);
+    if (!Number.isFinite(seconds) || seconds < 0) throw new FieldError('ttl_ms', 'give the seconds from now it expires in');
+    out.ttl_ms = Math.round(seconds * 1000);
+  }
+  for (const [name] of TEXT_HEADERS) {
+    const typed = form.get(name);
+    if (typed === current[name]) continue;
+    if (typed === '') out[name] = null;
+    else out[name] = name === 'group_seq' ? number(typed) : typed;
+  }
+  return out;
+}
 
 function propertyText(p) {
   const v = p.value;
@@ -119,38 +213,49 @@ export function mount(page, params) {
       return;
     }
     const properties = JSON.stringify(m.properties, null, 2);
-    const text = m.body_text;
-    const form = await ask({
-      title: `Delayed message ${m.id}`,
-      body: html`<table class="kv">
-          <tr><th>Queue</th><td>${m.queue}</td></tr>
-          <tr><th>Due</th><td>${time(m.due_ms)} (${relative(m.due_ms)})</td></tr>
-          <tr><th>Enqueued</th><td>${time(m.enqueued_ms)}</td></tr>
-          <tr><th>Message id</th><td>${m.message_id ?? '–'}</td></tr>
-          <tr><th>Group</th><td>${m.group_id ?? '–'}</td></tr>
-          <tr><th>Headers</th><td class="mono">${Object.entries(m.headers).filter(([, v]) => v !== null).map(([k, v]) => `${k}=${v}`).join(', ')}</td></tr>
-        </table>
-        <label>Properties (typed: {"name", "value": {"type", "value"}})
-          <textarea name="properties">${properties}</textarea></label>
-        ${text === null || text === undefined
-          ? html`<p class="muted">The body is ${bytes(m.size)} of binary data; it is kept as it is.</p>`
-          : html`<label>Body <textarea name="body">${text}</textarea></label>`}`,
-      ok: 'Save changes',
-    });
-    if (!form) return;
-    const change = {};
-    if (form.get('properties') !== properties) {
+    const current = currentHeaders(m);
+    // Refused input reopens the dialog with what was typed and the field named.
+    let entered = null;
+    let problem = null;
+    for (;;) {
+      const form = await ask({
+        title: `Delayed message ${m.id}`,
+        body: editForm(m, properties, current, entered, problem),
+        ok: 'Save changes',
+      });
+      if (!form) return;
+      entered = form;
+      const change = {};
       try {
-        change.properties = JSON.parse(form.get('properties'));
+        const headers = headerChanges(form, current);
+        if (Object.keys(headers).length) change.headers = headers;
+        if (form.get('properties') !== properties) {
+          try {
+            change.properties = JSON.parse(form.get('properties'));
+          } catch (e) {
+            throw new FieldError('properties', e.message);
+          }
+        }
       } catch (e) {
-        act(() => { throw new Error(`properties: ${e.message}`); });
-        return;
+        problem = e;
+        continue;
       }
+      if (form.has('body') && form.get('body') !== m.body_text) change.body = form.get('body');
+      if (!Object.keys(change).length) return;
+      try {
+        await patch(`/api/schedule/${seg(id)}`, change);
+      } catch (e) {
+        if (e.status !== 400) {
+          toast(e.message, true);
+          return;
+        }
+        problem = e;
+        continue;
+      }
+      toast('Saved; it keeps its due time.');
+      loadList();
+      return;
     }
-    if (form.has('body') && form.get('body') !== text) change.body = form.get('body');
-    if (!Object.keys(change).length) return;
-    await act(() => patch(`/api/schedule/${seg(id)}`, change), 'Saved; it keeps its due time.');
-    loadList();
   };
 
   const reschedule = async id => {
