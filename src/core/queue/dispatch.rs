@@ -59,7 +59,9 @@ impl Queue {
     /// Stores a new message's place in the queue — on disk behind older
     /// messages of its lane or when memory is full, else among the ready ones
     /// or, with `direct`, straight to its group's owner — without dispatching
-    /// or holding its sender back.
+    /// or holding its sender back. Its bytes are added to `st.uncharged`: the
+    /// caller applies them with `apply_charges` before anything can
+    /// take a message out again (before dispatching).
     pub(super) fn place(
         self: &Arc<Self>,
         st: &mut State,
@@ -79,8 +81,8 @@ impl Queue {
             queue: self.id,
             seq,
         };
-        let memory_full =
-            st.ready.len() >= st.settings.max_memory_messages || self.memory.is_full();
+        let memory_full = st.ready.len() >= st.settings.max_memory_messages
+            || self.memory.is_full_with(st.uncharged);
         if st.backlog.has_lane(&lane) || (memory_full && !self.admits_now(st, &lane, &message)) {
             let owner = st.owner_of(&lane);
             st.backlog.push(lane, seq, owner);
@@ -120,7 +122,7 @@ impl Queue {
         };
         let entry = Entry {
             seq,
-            charge: self.memory.charge(&message),
+            charge: self.memory.charge_in(&message, &mut st.uncharged),
             message,
             delivery_count,
             persisted: durable,

@@ -125,6 +125,9 @@ struct State {
     expiry_wake_at: Option<u64>,
     /// Sequences by message id (see [`ids`]).
     ids: ids::MessageIds,
+    /// Bytes of the messages placed under the current lock whose charge is
+    /// not applied to the budgets yet (see [`Queue::place`]).
+    uncharged: u64,
 }
 
 impl State {
@@ -242,6 +245,7 @@ impl Queue {
                 flow: Flow::default(),
                 expiry_wake_at: None,
                 ids: ids::MessageIds::default(),
+                uncharged: 0,
             })),
         }
     }
@@ -398,6 +402,7 @@ impl Queue {
             let mut st = self.state.lock();
             let (completion, placed) =
                 self.place(&mut st, message, delivery_count, also, true, &mut after);
+            self.apply_charges(&mut st);
             if placed.needs_dispatch() {
                 self.dispatch(&mut st, &mut after);
             }
@@ -458,6 +463,7 @@ impl Queue {
                 dispatch |= placed.needs_dispatch();
                 completions.push(completion);
             }
+            self.apply_charges(&mut st);
             if dispatch {
                 self.dispatch(&mut st, &mut after);
             }
@@ -496,6 +502,12 @@ impl Queue {
             (Some(op), None) | (None, Some(op)) => self.store.submit(op),
             (None, None) => Completion::ready(),
         }
+    }
+
+    /// Charges the budgets with the bytes of the messages just placed, at
+    /// once: they are counted before anything can take one out again.
+    fn apply_charges(&self, st: &mut State) {
+        self.memory.charge_bytes(std::mem::take(&mut st.uncharged));
     }
 
     /// Loads messages found on disk at start: the first ones into memory, the
