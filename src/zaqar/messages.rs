@@ -174,7 +174,7 @@ pub async fn list(
     let weir = ctx.weir_name(&queue)?;
     ctx.may(&weir, Permission::Browse)?;
     if let Some(ids) = ids_of(&raw) {
-        return by_ids(&ctx, &queue, &weir, &ids).map(Json);
+        return by_ids(&ctx, &queue, &weir, &ids).await.map(Json);
     }
     let limit = number(
         &params.limit,
@@ -343,16 +343,16 @@ fn split_ids(ids: &str) -> Result<Vec<&str>> {
     Ok(list)
 }
 
-fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> {
+async fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> {
     let ids = split_ids(ids)?;
-    let found: Vec<Value> = match ctx.broker.queue(weir) {
-        None => Vec::new(),
-        Some(q) => ids
-            .iter()
-            .filter_map(|id| render::find(&q, id))
-            .map(|p| render_peeked(ctx, queue, &q, &p))
-            .collect(),
-    };
+    let mut found: Vec<Value> = Vec::new();
+    if let Some(q) = ctx.broker.queue(weir) {
+        for id in &ids {
+            if let Some(p) = render::find(&q, id).await {
+                found.push(render_peeked(ctx, queue, &q, &p));
+            }
+        }
+    }
     if found.is_empty() {
         return Err(ZaqarError::NotFound(format!(
             "No messages with IDs: {} found in the queue {queue}.",
@@ -393,7 +393,7 @@ pub async fn delete_many(
             if let Some(q) = ctx.broker.queue(&weir) {
                 let mut receipts = Vec::new();
                 for id in ids {
-                    if let Some(p) = render::find(&q, id) {
+                    if let Some(p) = render::find(&q, id).await {
                         receipts.extend(remove(&ctx, &weir, &q, &p).await);
                     }
                 }
@@ -483,7 +483,7 @@ pub async fn get_one(ctx: Ctx, Path((queue, id)): Path<(String, String)>) -> Res
     ctx.may(&weir, Permission::Browse)?;
     let not_found = || ZaqarError::NotFound(format!("Message {id} does not exist."));
     let q = ctx.broker.queue(&weir).ok_or_else(not_found)?;
-    let p = render::find(&q, &id).ok_or_else(not_found)?;
+    let p = render::find(&q, &id).await.ok_or_else(not_found)?;
     Ok(Json(render_peeked(&ctx, &queue, &q, &p)))
 }
 
@@ -502,7 +502,7 @@ pub async fn delete_one(
     let Some(q) = ctx.broker.queue(&weir) else {
         return Ok(StatusCode::NO_CONTENT);
     };
-    let Some(p) = render::find(&q, &id) else {
+    let Some(p) = render::find(&q, &id).await else {
         return Ok(StatusCode::NO_CONTENT);
     };
     let receipt = match (&params.claim_id, p.held_by) {

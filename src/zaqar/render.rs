@@ -47,14 +47,14 @@ pub fn id_of(message: &Message, seq: u64) -> String {
 /// The message named `id` in `queue`, waiting (in memory or paged) or in
 /// flight: by its sequence, or by its message id through the queue's index
 /// of them (the oldest, should two share it).
-pub fn find(queue: &Arc<Queue>, id: &str) -> Option<Peeked> {
+pub async fn find(queue: &Arc<Queue>, id: &str) -> Option<Peeked> {
     if is_sequence_id(id) {
         let seq: u64 = id[1..].parse().ok()?;
         return queue
             .peek_one(seq)
             .filter(|p| id_of(&p.message, p.seq) == id);
     }
-    queue.peek_by_id(id).into_iter().next()
+    queue.peek_by_id(id).await.into_iter().next()
 }
 
 pub fn posted_by(message: &Message) -> Option<&str> {

@@ -45,7 +45,7 @@ impl Broker {
 
         struct Loading {
             in_memory: Vec<(u64, Bytes)>,
-            /// Sequence, group and message id of each message left on disk.
+            /// Sequence and group of each message left on disk.
             backlog: Vec<PagedAtStart>,
             next_seq: u64,
         }
@@ -73,14 +73,9 @@ impl Broker {
             if l.backlog.is_empty() && l.in_memory.len() < queue.settings().max_memory_messages {
                 l.in_memory.push((key.seq, record));
             } else {
-                // Paged back in lane by lane: only its group is kept, and
-                // its id for lookups by id.
+                // Paged back in lane by lane: only its group is kept.
                 match persist::decode(record) {
-                    Ok(stored) => l.backlog.push((
-                        key.seq,
-                        stored.message.group_id,
-                        stored.message.message_id,
-                    )),
+                    Ok(stored) => l.backlog.push((key.seq, stored.message.group_id)),
                     Err(e) => {
                         tracing::error!(queue = %queue.name(), seq = key.seq, error = %e, "skipping unreadable stored message");
                         stale.push(key);

@@ -82,8 +82,9 @@ impl Queue {
 
     /// The messages whose message id is `id`, waiting or in flight, oldest
     /// first (see [`Queue::find_by_message_id`]).
-    pub fn peek_by_id(&self, id: &str) -> Vec<Peeked> {
+    pub async fn peek_by_id(&self, id: &str) -> Vec<Peeked> {
         self.find_by_message_id(id)
+            .await
             .into_iter()
             .map(|found| Peeked {
                 seq: found.seq,

@@ -9,7 +9,7 @@ use super::effects::AfterUnlock;
 use super::ready::Entry;
 use super::{Move, Queue, State};
 use crate::core::consumer::{ConsumerId, MessageFilter};
-use crate::core::message::{now_ms, Message};
+use crate::core::message::Message;
 use crate::core::persist;
 use crate::store::{Completion, MessageKey, Op};
 use std::sync::Arc;
@@ -164,25 +164,6 @@ impl Queue {
             return Some(found(state, &e.message, e.delivery_count));
         }
         None
-    }
-
-    /// The messages whose message id is `id` (JMS message id, STOMP
-    /// `message-id`, Zaqar id), oldest first, wherever they are in the
-    /// queue: one hash lookup (see [`super::ids`]), then as
-    /// [`Queue::find_message`]. Expired messages waiting to be dropped are
-    /// not shown.
-    pub fn find_by_message_id(&self, id: &str) -> Vec<QueuedMessage> {
-        let st = self.state.lock();
-        let now = now_ms();
-        st.ids
-            .seqs_of(id)
-            .into_iter()
-            .filter_map(|seq| self.locate(&st, seq))
-            .filter(|m| m.message.message_id.as_deref() == Some(id))
-            .filter(|m| {
-                matches!(m.state, MessageState::InFlight { .. }) || !m.message.is_expired_at(now)
-            })
-            .collect()
     }
 
     /// Up to `limit` messages available to consumers (ready or paged) with a

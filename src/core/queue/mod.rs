@@ -123,8 +123,8 @@ struct State {
     /// A wake-up is set for this time (epoch ms) to drop expired group
     /// heads that a selector passes over (see `dispatch`).
     expiry_wake_at: Option<u64>,
-    /// Sequences by message id (see [`ids`]).
-    ids: ids::MessageIds,
+    /// Sequences by message id, once a lookup asked for them (see [`ids`]).
+    ids: ids::IdIndex,
     /// Bytes of the messages placed under the current lock whose charge is
     /// not applied to the budgets yet (see [`Queue::place`]).
     uncharged: u64,
@@ -184,6 +184,8 @@ pub struct Queue {
     /// What management changed on the queue at run time, as stored in its record.
     changes: parking_lot::Mutex<QueueChanges>,
     state: StateLock,
+    /// Held by the lookup that builds the index of message ids (see [`ids`]).
+    id_builder: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -195,8 +197,8 @@ impl std::fmt::Debug for Queue {
     }
 }
 
-/// A message left on disk at start: its sequence, group and message id.
-pub type PagedAtStart = (u64, Option<Arc<str>>, Option<Arc<str>>);
+/// A message left on disk at start: its sequence and group.
+pub type PagedAtStart = (u64, Option<Arc<str>>);
 
 /// A message moving into a queue: its delivery count so far, and a store
 /// operation for the same write (see [`Queue::publish_moving`]).
@@ -244,9 +246,10 @@ impl Queue {
                 starved: Vec::new(),
                 flow: Flow::default(),
                 expiry_wake_at: None,
-                ids: ids::MessageIds::default(),
+                ids: ids::IdIndex::Off,
                 uncharged: 0,
             })),
+            id_builder: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -528,7 +531,6 @@ impl Queue {
                         .group_id
                         .as_ref()
                         .and_then(|g| st.groups.lane_of(g));
-                    st.index_id(stored.message.message_id.as_deref(), seq);
                     let entry = Entry::stored(seq, stored, lane, &self.memory);
                     st.ready.push(entry, None);
                 }
@@ -537,8 +539,7 @@ impl Queue {
                 }
             }
         }
-        for (seq, group, id) in backlog {
-            st.index_id(id.as_deref(), seq);
+        for (seq, group) in backlog {
             let lane = group.as_ref().and_then(|g| st.groups.lane_of(g));
             st.backlog.push(lane, seq, None);
         }
