@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::http::Api;
+use common::http::{assert_error, Api};
 use common::{free_port, users_config, BrokerProcess, Stomp};
-use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::process::{Command, Stdio};
@@ -30,20 +29,6 @@ view = ["audit"]
 /// The users (password `pw`, one role each) and [`PERMISSIONS`].
 fn config() -> String {
     users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
-}
-
-/// The status is `status` and the body the JSON error with `code`; returns its message.
-fn assert_error(r: Response, status: StatusCode, code: &str) -> String {
-    assert_eq!(r.status(), status);
-    assert_eq!(
-        r.headers()["content-type"].to_str().unwrap(),
-        "application/json"
-    );
-    let body: Value = r.json().unwrap();
-    assert_eq!(body["error"], code, "{body}");
-    let message = body["message"].as_str().expect("a message").to_owned();
-    assert!(!message.is_empty());
-    message
 }
 
 fn start(config: Option<&str>) -> (tempfile::TempDir, BrokerProcess, Api) {

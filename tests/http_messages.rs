@@ -5,9 +5,8 @@
 
 mod common;
 
-use common::http::Api;
+use common::http::{assert_error, Api};
 use common::{users_config, BrokerProcess, Stomp};
-use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -42,14 +41,6 @@ max_memory_messages = 5
 /// The users (password `pw`, one role each) and [`PERMISSIONS`].
 fn config() -> String {
     users_config(&[("admin", "ops"), ("auditor", "audit"), ("dev", "dev")]) + PERMISSIONS
-}
-
-/// The status is `status` and the body the JSON error with `code`.
-fn assert_error(r: Response, status: StatusCode, code: &str) {
-    assert_eq!(r.status(), status);
-    let body: Value = r.json().unwrap();
-    assert_eq!(body["error"], code, "{body}");
-    assert!(!body["message"].as_str().expect("a message").is_empty());
 }
 
 fn start() -> (tempfile::TempDir, BrokerProcess, Api) {

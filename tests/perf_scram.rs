@@ -1,8 +1,8 @@
 //! `weir perf` logging in to a whole broker whose users are SCRAM credentials: AMQP runs
 //! with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 deliver everything; a wrong password, a
-//! hash the user's credential was not made with, or a mechanism on STOMP stop it with
-//! exit 2 and a message that says so; STOMP logs in with the same --user/--password;
-//! `--logins N` counts N logins.
+//! hash the user's credential was not made with, a mechanism without a user, or a
+//! mechanism on STOMP stop it with exit 2 and a message that says so; STOMP logs in with
+//! the same --user/--password; `--logins N` counts N logins.
 
 mod common;
 
@@ -117,6 +117,13 @@ fn weir_perf_logs_in_with_plain_and_scram_and_reports_refusals() {
         "SCRAM-SHA-512",
     ]);
     refused(&args, &["SASL authentication failed", "SCRAM-SHA-512"]);
+    // A password mechanism with no user to log in as stops before connecting.
+    for mechanism in ["PLAIN", "SCRAM-SHA-256"] {
+        refused(
+            &["--url", &amqp, "--sasl-mechanism", mechanism],
+            &["--sasl-mechanism", "need --login"],
+        );
+    }
     // STOMP: a wrong passcode is the broker's ERROR; a SASL mechanism is not STOMP's.
     let base = run(&stomp, "perf.refused");
     let mut args: Vec<&str> = base.iter().map(String::as_str).collect();

@@ -1,7 +1,8 @@
 //! TLS over real sockets: STOMP and AMQP on TLS listeners, AMQP's TLS upgrade on a plain
 //! port, SASL EXTERNAL and STOMP logins by client certificate, client certificates that
-//! are missing, untrusted or expired, `weir perf` logging in by certificate or SCRAM where
-//! certificates are required, passwords kept to TLS, a certificate reload on SIGHUP
+//! are missing, untrusted or expired, `weir perf` logging in by certificate (SASL EXTERNAL,
+//! the certificate user's permissions holding) or SCRAM where certificates are required,
+//! passwords kept to TLS, a certificate reload on SIGHUP
 //! and on file change, and a start stopped by a bad file. Every certificate is made here, with rcgen.
 
 mod common;
@@ -151,6 +152,18 @@ impl Pki {
         std::fs::write(&files.cert, &alice.cert).unwrap();
         std::fs::write(&files.key, &alice.key).unwrap();
         files
+    }
+
+    /// Writes a client certificate and its key for `weir perf --tls-cert --tls-key`.
+    fn client_files(&self, name: &str, issued: &Issued) -> (String, String) {
+        let (cert, key) = (
+            self.path(&format!("{name}.pem")),
+            self.path(&format!("{name}.key")),
+        );
+        std::fs::write(&cert, &issued.cert).unwrap();
+        std::fs::write(&key, &issued.key).unwrap();
+        let text = |p: PathBuf| p.to_str().expect("temporary paths are UTF-8").to_owned();
+        (text(cert), text(key))
     }
 
     /// A client trusting the broker's CA, showing `cert` if given.
@@ -1135,4 +1148,131 @@ fn weir_perf_logs_in_by_certificate_or_scram_where_certificates_are_required() {
         no_cert[1] = url.to_string();
         refused(&args(&no_cert, login), &["CertificateRequired"]);
     }
+}
+
+/// `weir perf --sasl-mechanism EXTERNAL` where client certificates are required: the
+/// broker logs the run in as the `[[users]]` entry the certificate names, whose
+/// permissions then hold (alice may consume at `feed.*` but not send there); a
+/// certificate naming no user, one from a CA the broker does not trust, and an
+/// authorization identity naming another user are each refused, exiting 2 with the reason.
+#[test]
+fn weir_perf_external_logs_in_as_the_certificate_user_and_its_permissions_hold() {
+    let pki = Pki::new();
+    let broker = Broker::start(&format!(
+        "[[users]]\nname = \"alice\"\npassword = \"wonderland\"\nroles = [\"a\"]\n[[users]]\nname = \"bob\"\npassword = \"builder\"\n\
+         [security]\nlogin_failure_delay = \"10ms\"\n\
+         [security.permissions.\"alice.#\"]\nsend = [\"a\"]\nconsume = [\"a\"]\n\
+         create_address = [\"a\"]\ncreate_durable_queue = [\"a\"]\n\
+         [security.permissions.\"feed.#\"]\nconsume = [\"a\"]\n\
+         create_address = [\"a\"]\ncreate_durable_queue = [\"a\"]\n{}",
+        pki.tls_section("required")
+    ));
+    let files = pki.perf_files();
+    let (ca, alice_cert, alice_key) = files.args();
+    let (carol_cert, carol_key) = pki.client_files("carol", &pki.client_ca.client("carol", false));
+    let stranger = Ca::new("Someone else's CA").client("alice", false);
+    let (stranger_cert, stranger_key) = pki.client_files("stranger", &stranger);
+    let amqps = format!("amqps://{}", broker.amqps);
+    let stomps = format!("stomps://{}", broker.stomp_tls);
+    let run = |url: &str, cert: &str, key: &str, queue: &str, more: &[&str]| -> Vec<String> {
+        [
+            "--url",
+            url,
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--messages",
+            "500",
+            "--receipt-every",
+            "50",
+            "--queue",
+            queue,
+        ]
+        .iter()
+        .chain(more)
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    fn as_strs(args: &[String]) -> Vec<&str> {
+        args.iter().map(String::as_str).collect()
+    }
+    let refused = |args: &[String], words: &[&str]| {
+        let (code, json, stderr) = common::weir_perf(&as_strs(args));
+        assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
+        for word in words {
+            assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
+        }
+    };
+    let external = ["--sasl-mechanism", "EXTERNAL"];
+
+    // EXTERNAL asked for by name, and STOMP's certificate login: both as alice.
+    let delivered = run(&amqps, alice_cert, alice_key, "alice.external", &external);
+    common::perf_delivers(&as_strs(&delivered), 500);
+    broker.wait_for_log("mechanism=\"EXTERNAL\" tls=true");
+    let delivered = run(&stomps, alice_cert, alice_key, "alice.stomp", &[]);
+    common::perf_delivers(&as_strs(&delivered), 500);
+    // The authorization identity may name the certificate's own user, and no other.
+    let own = [&external[..], &["--login", "alice"][..]].concat();
+    let delivered = run(&amqps, alice_cert, alice_key, "alice.authzid", &own);
+    common::perf_delivers(&as_strs(&delivered), 500);
+    let other = [&external[..], &["--login", "bob"][..]].concat();
+    refused(
+        &run(&amqps, alice_cert, alice_key, "alice.x", &other),
+        &["SASL authentication failed", "EXTERNAL", "\"bob\""],
+    );
+
+    // alice may consume at feed.in but not send there: her consumers attach, and her
+    // producers are refused with the broker's reason, over either protocol.
+    let no_send = "user 'alice' may not send at 'feed.in'";
+    refused(
+        &run(&amqps, alice_cert, alice_key, "feed.in", &external),
+        &["amqp:unauthorized-access", no_send],
+    );
+    refused(
+        &run(&stomps, alice_cert, alice_key, "feed.in", &[]),
+        &[no_send],
+    );
+
+    // carol's certificate is signed by the trusted CA, but no [[users]] entry is carol.
+    refused(
+        &run(&amqps, &carol_cert, &carol_key, "alice.x", &external),
+        &["SASL authentication failed", "EXTERNAL"],
+    );
+    refused(
+        &run(&stomps, &carol_cert, &carol_key, "alice.x", &[]),
+        &["ERROR", "not a configured user"],
+    );
+    // A certificate naming alice from a CA the broker does not trust: refused in the
+    // TLS handshake, before any login.
+    for url in [&amqps, &stomps] {
+        refused(
+            &run(url, &stranger_cert, &stranger_key, "alice.x", &[]),
+            &["UnknownCA"],
+        );
+    }
+    broker.wait_for_log("TLS handshake failed");
+
+    // EXTERNAL needs a certificate to show, and sends no password.
+    let (code, _, stderr) = common::weir_perf(&[
+        "--url",
+        &amqps,
+        "--tls-ca",
+        ca,
+        "--sasl-mechanism",
+        "EXTERNAL",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--tls-cert"), "{stderr}");
+    let with_password = [
+        &external[..],
+        &["--login", "alice", "--passcode", "wonderland"][..],
+    ]
+    .concat();
+    refused(
+        &run(&amqps, alice_cert, alice_key, "alice.x", &with_password),
+        &["--passcode"],
+    );
 }

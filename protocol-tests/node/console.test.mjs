@@ -308,6 +308,62 @@ test('the console edits a delayed message\'s headers, shows what the broker refu
   assert.equal(Number(message.headers.expires), expires);
 });
 
+test('the console clears a delayed message\'s expiry and reply-to, and shows the headers as saved', async () => {
+  const queue = unique('clear');
+  const expires = Date.now() + 3600000;
+  await send(queue, ['expiring'], { AMQ_SCHEDULED_DELAY: '600000', expires: String(expires), 'reply-to': '/queue/back' });
+  const { page, problems } = await consolePage();
+  await page.goto(`${origin}/console/#/schedule?queue=${queue}`);
+  const row = '#list tr[data-id]';
+  await page.waitForSelector(row, { timeout: 10000 });
+  const id = await page.$eval(row, r => r.dataset.id);
+  const open = async () => {
+    await page.click(`${row} [data-edit]`);
+    await page.waitForSelector('#ask[open] input[name=reply_to]');
+  };
+  const expiryLabel = () => page.$eval('#ask input[name=ttl]', i => i.closest('label').textContent);
+  await open();
+  assert.equal(await page.$eval('#ask input[name=reply_to]', i => i.value), '/queue/back');
+  assert.doesNotMatch(await expiryLabel(), /now never/, 'the current expiry is shown');
+
+  // A time to live and "never" at once: the console names the field without asking the broker.
+  await page.type('#ask input[name=ttl]', '60');
+  await page.click('#ask input[name=no_expiry]');
+  await page.click('#ask-ok');
+  await page.waitForSelector('#ask[open] #edit-error', { timeout: 10000 });
+  assert.match(await page.$eval('#edit-error', e => e.textContent), /ttl_ms: .*not both/);
+  assert.ok(await page.$eval('#ask input[name=ttl]', i => i.classList.contains('invalid')));
+  assert.equal((await api('GET', `/api/schedule/${encodeURIComponent(id)}`)).body.headers.expires_ms, expires);
+
+  // "Never" alone, and reply-to emptied: both cleared.
+  await page.$eval('#ask input[name=ttl]', i => { i.value = ''; });
+  await page.$eval('#ask input[name=reply_to]', i => { i.value = ''; });
+  await page.click('#ask-ok');
+  await page.waitForFunction(() => /Saved/.test(document.getElementById('toast').textContent),
+    { timeout: 10000 });
+  const { body: viewed } = await api('GET', `/api/schedule/${encodeURIComponent(id)}`);
+  assert.equal(viewed.headers.expires_ms, null);
+  assert.equal(viewed.headers.reply_to, null);
+
+  // Opened again, the dialog shows what was saved.
+  await open();
+  assert.match(await expiryLabel(), /now never/);
+  assert.equal(await page.$eval('#ask input[name=reply_to]', i => i.value), '');
+  await page.click('#ask-cancel');
+  assert.deepEqual(problems, []);
+  await page.close();
+
+  const due = await api('POST', `/api/schedule/${encodeURIComponent(id)}/reschedule`, { delay_ms: 0 });
+  assert.equal(due.status, 200, JSON.stringify(due.body));
+  const inbox = new Inbox();
+  const subscription = stomp.subscribe(`/queue/${queue}`, inbox.push);
+  const message = await inbox.next(10000);
+  subscription.unsubscribe();
+  assert.equal(message.body, 'expiring');
+  assert.equal(message.headers.expires, undefined);
+  assert.equal(message.headers['reply-to'], undefined);
+});
+
 test('the connections page lists the STOMP client and closes it by a click', async () => {
   const { client } = await connectClient(broker.port);
   const closed = new Promise(resolve => { client.onWebSocketClose = resolve; });

@@ -85,3 +85,17 @@ impl Api {
         }
     }
 }
+
+/// The status is `status` and the body the JSON error with `code`; returns its message.
+pub fn assert_error(r: Response, status: StatusCode, code: &str) -> String {
+    assert_eq!(r.status(), status);
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    let body: Value = r.json().unwrap();
+    assert_eq!(body["error"], code, "{body}");
+    let message = body["message"].as_str().expect("a message").to_owned();
+    assert!(!message.is_empty());
+    message
+}

@@ -88,10 +88,11 @@ pub struct PerfArgs {
     /// or SCRAM.
     #[arg(long, visible_alias = "password")]
     pub passcode: Option<String>,
-    /// AMQP: the SASL mechanism for --login (default PLAIN). SCRAM-SHA-256 and
-    /// SCRAM-SHA-512 never send the password and check the broker's signature; the
-    /// run stops if the broker does not offer the mechanism.
-    #[arg(long, value_enum, ignore_case = true, requires = "login")]
+    /// AMQP: the SASL mechanism (default PLAIN with --login). SCRAM-SHA-256 and
+    /// SCRAM-SHA-512 never send the password and check the broker's signature;
+    /// EXTERNAL logs in as the user of --tls-cert (--login, if given, is sent as the
+    /// authorization identity). The run stops if the broker does not offer the mechanism.
+    #[arg(long, value_enum, ignore_case = true)]
     pub sasl_mechanism: Option<SaslMechanism>,
     /// Instead of a load run, open N connections one after another, each logging in
     /// (AMQP: SASL, open, begin; STOMP: CONNECT) and closing, and report logins per
@@ -149,7 +150,8 @@ impl AckMode {
     }
 }
 
-/// A SASL mechanism `weir perf` can log in with, given a user and password.
+/// A SASL mechanism `weir perf` can be told to log in with: by user and password, or
+/// (EXTERNAL) by the client certificate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SaslMechanism {
     #[value(name = "PLAIN")]
@@ -158,6 +160,8 @@ pub enum SaslMechanism {
     ScramSha256,
     #[value(name = "SCRAM-SHA-512")]
     ScramSha512,
+    #[value(name = "EXTERNAL")]
+    External,
 }
 
 impl SaslMechanism {
@@ -166,6 +170,7 @@ impl SaslMechanism {
             SaslMechanism::Plain => "PLAIN",
             SaslMechanism::ScramSha256 => "SCRAM-SHA-256",
             SaslMechanism::ScramSha512 => "SCRAM-SHA-512",
+            SaslMechanism::External => "EXTERNAL",
         }
     }
 }

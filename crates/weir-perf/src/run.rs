@@ -2,7 +2,7 @@
 //! allows, or at a fixed rate), a progress line a second, then a drain and
 //! the summary.
 
-use super::args::{Destination, Endpoint, PerfArgs, Protocol};
+use super::args::{Destination, Endpoint, PerfArgs, Protocol, SaslMechanism};
 use super::client::amqp::{AmqpPublisher, AmqpSettings, AmqpSubscriber};
 use super::client::stomp::{
     Login, SendSettings, StompPublisher, StompSubscriber, SubscribeSettings,
@@ -234,6 +234,26 @@ struct Setup {
     delay_us: Option<u64>,
 }
 
+/// What --sasl-mechanism needs beside it: a login for PLAIN and SCRAM, a certificate
+/// (and no password) for EXTERNAL.
+fn mechanism_flags(args: &PerfArgs) -> Result<(), PerfError> {
+    let why = match args.sasl_mechanism {
+        Some(SaslMechanism::External) if args.tls_cert.is_none() => {
+            "EXTERNAL needs a client certificate: --tls-cert and --tls-key"
+        }
+        Some(SaslMechanism::External) if args.passcode.is_some() => {
+            "EXTERNAL takes no --passcode: the certificate is the proof"
+        }
+        Some(SaslMechanism::External) | None => return Ok(()),
+        Some(_) if args.login.is_none() => "PLAIN and SCRAM need --login and --passcode",
+        Some(_) => return Ok(()),
+    };
+    Err(PerfError::BadArg {
+        flag: "--sasl-mechanism",
+        why,
+    })
+}
+
 /// Where to connect and as whom, from the flags.
 fn connection(args: &PerfArgs) -> Result<(Endpoint, Peer, Login), PerfError> {
     let endpoint = Endpoint::parse(&args.url)?;
@@ -243,6 +263,7 @@ fn connection(args: &PerfArgs) -> Result<(Endpoint, Peer, Login), PerfError> {
             why: "AMQP only: STOMP logs in with the login and passcode headers",
         });
     }
+    mechanism_flags(args)?;
     let tls = TlsFiles {
         ca: args.tls_ca.clone(),
         cert: args.tls_cert.clone(),

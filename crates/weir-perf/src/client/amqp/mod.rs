@@ -440,9 +440,9 @@ fn outcome_name(code: SaslCode) -> &'static str {
     }
 }
 
-/// With --login: --sasl-mechanism if given (it must be offered), else PLAIN. Without:
-/// EXTERNAL when a client certificate is shown (its user is the one the certificate
-/// names), else ANONYMOUS.
+/// --sasl-mechanism if given (it must be offered: a run meant to prove one login must
+/// not pass by another); else with --login PLAIN; else EXTERNAL when a client
+/// certificate is shown and the broker offers it, else ANONYMOUS.
 fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslStart, PerfError> {
     let has = |m: &str| offered.iter().any(|s| s.as_str() == m);
     let offered_list = || {
@@ -453,66 +453,28 @@ fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslS
             names.join(", ")
         }
     };
-    if let Some(user) = &login.login {
-        let pass = login.passcode.as_deref().unwrap_or_default();
-        let who = format!("{user:?}");
-        let chosen = login.mechanism.unwrap_or(SaslMechanism::Plain);
-        let mechanism = chosen.name();
-        if !has(mechanism) {
-            if login.mechanism.is_some() {
-                return Err(PerfError::MechanismNotOffered {
-                    wanted: mechanism,
-                    offered: offered_list(),
-                });
-            }
-        } else {
-            let hash = match chosen {
-                SaslMechanism::Plain => {
-                    let mut response = Vec::with_capacity(user.len() + pass.len() + 2);
-                    response.push(0);
-                    response.extend_from_slice(user.as_bytes());
-                    response.push(0);
-                    response.extend_from_slice(pass.as_bytes());
-                    return Ok(SaslStart {
-                        init: SaslInit {
-                            mechanism: Symbol::from_static("PLAIN"),
-                            initial_response: Some(Bytes::from(response)),
-                            hostname: None,
-                        },
-                        mechanism,
-                        user: who,
-                        scram: None,
-                    });
-                }
-                SaslMechanism::ScramSha256 => ScramHash::Sha256,
-                SaslMechanism::ScramSha512 => ScramHash::Sha512,
-            };
-            let client = ScramClient::new(hash, user, pass)
-                .map_err(|source| PerfError::Scram { mechanism, source })?;
-            return Ok(SaslStart {
-                init: SaslInit {
-                    mechanism: Symbol::from_static(mechanism),
-                    initial_response: Some(Bytes::from(client.client_first())),
-                    hostname: None,
-                },
-                mechanism,
-                user: who,
-                scram: Some(client),
-            });
+    let chosen = match (login.mechanism, &login.login) {
+        (Some(asked), _) if !has(asked.name()) => {
+            return Err(PerfError::MechanismNotOffered {
+                wanted: asked.name(),
+                offered: offered_list(),
+            })
         }
+        (Some(asked), _) => Some(asked),
+        (None, Some(_)) => has("PLAIN").then_some(SaslMechanism::Plain),
+        (None, None) => None,
+    };
+    let user = login.login.as_deref().unwrap_or_default();
+    let pass = login.passcode.as_deref().unwrap_or_default();
+    match chosen {
+        Some(SaslMechanism::External) => return Ok(external(login.login.as_deref())),
+        Some(SaslMechanism::Plain) => return Ok(plain(user, pass)),
+        Some(SaslMechanism::ScramSha256) => return scram(ScramHash::Sha256, user, pass),
+        Some(SaslMechanism::ScramSha512) => return scram(ScramHash::Sha512, user, pass),
+        None => {}
     }
     if login.login.is_none() && certified && has("EXTERNAL") {
-        // An empty authorization identity: the user the certificate maps to.
-        return Ok(SaslStart {
-            init: SaslInit {
-                mechanism: Symbol::from_static("EXTERNAL"),
-                initial_response: Some(Bytes::new()),
-                hostname: None,
-            },
-            mechanism: "EXTERNAL",
-            user: "the client certificate's user".to_owned(),
-            scram: None,
-        });
+        return Ok(external(None));
     }
     if has("ANONYMOUS") {
         return Ok(SaslStart {
@@ -529,6 +491,66 @@ fn sasl_init(offered: &[Symbol], login: &Login, certified: bool) -> Result<SaslS
     Err(PerfError::NoMechanism {
         offered: offered_list(),
     })
+}
+
+/// PLAIN: `authzid NUL authcid NUL password` (RFC 4616), the authzid left empty.
+fn plain(user: &str, pass: &str) -> SaslStart {
+    let mut response = Vec::with_capacity(user.len() + pass.len() + 2);
+    response.push(0);
+    response.extend_from_slice(user.as_bytes());
+    response.push(0);
+    response.extend_from_slice(pass.as_bytes());
+    SaslStart {
+        init: SaslInit {
+            mechanism: Symbol::from_static("PLAIN"),
+            initial_response: Some(Bytes::from(response)),
+            hostname: None,
+        },
+        mechanism: "PLAIN",
+        user: format!("{user:?}"),
+        scram: None,
+    }
+}
+
+/// SCRAM's client-first message; the exchange goes on in the SASL loop.
+fn scram(hash: ScramHash, user: &str, pass: &str) -> Result<SaslStart, PerfError> {
+    let mechanism = match hash {
+        ScramHash::Sha256 => SaslMechanism::ScramSha256.name(),
+        ScramHash::Sha512 => SaslMechanism::ScramSha512.name(),
+    };
+    let client = ScramClient::new(hash, user, pass)
+        .map_err(|source| PerfError::Scram { mechanism, source })?;
+    Ok(SaslStart {
+        init: SaslInit {
+            mechanism: Symbol::from_static(mechanism),
+            initial_response: Some(Bytes::from(client.client_first())),
+            hostname: None,
+        },
+        mechanism,
+        user: format!("{user:?}"),
+        scram: Some(client),
+    })
+}
+
+/// EXTERNAL: the user is the one the client certificate maps to. `authzid`, if given, is
+/// sent as the authorization identity (RFC 4422 appendix A), which a broker may accept
+/// only when it is that same user; none means "the certificate's user".
+fn external(authzid: Option<&str>) -> SaslStart {
+    SaslStart {
+        init: SaslInit {
+            mechanism: Symbol::from_static("EXTERNAL"),
+            initial_response: Some(Bytes::copy_from_slice(
+                authzid.unwrap_or_default().as_bytes(),
+            )),
+            hostname: None,
+        },
+        mechanism: "EXTERNAL",
+        user: match authzid {
+            Some(user) => format!("{user:?} (by the client certificate)"),
+            None => "the client certificate's user".to_owned(),
+        },
+        scram: None,
+    }
 }
 
 /// Connects, logs in and closes: one login of `weir perf --logins`.
@@ -674,6 +696,32 @@ mod tests {
             sasl_init(&no_external, &Login::default(), true)?.mechanism,
             "ANONYMOUS"
         );
+        Ok(())
+    }
+
+    #[test]
+    fn external_when_asked_and_an_error_when_not_offered() -> Result<(), PerfError> {
+        let mut login = Login {
+            mechanism: Some(SaslMechanism::External),
+            ..Login::default()
+        };
+        let with_external = [Symbol::from("EXTERNAL"), Symbol::from("ANONYMOUS")];
+        let init = sasl_init(&with_external, &login, true)?.init;
+        assert_eq!(init.mechanism.as_str(), "EXTERNAL");
+        assert_eq!(init.initial_response.as_deref(), Some(&b""[..]));
+        // A login is the authorization identity, not a password login.
+        login.login = Some("alice".into());
+        let init = sasl_init(&with_external, &login, true)?.init;
+        assert_eq!(init.initial_response.as_deref(), Some(&b"alice"[..]));
+        // Asked for by name, there is no falling back to ANONYMOUS.
+        let without = [Symbol::from("PLAIN"), Symbol::from("ANONYMOUS")];
+        match sasl_init(&without, &login, true) {
+            Err(PerfError::MechanismNotOffered { wanted, offered }) => {
+                assert_eq!(wanted, "EXTERNAL");
+                assert_eq!(offered, "PLAIN, ANONYMOUS");
+            }
+            other => panic!("{:?}", other.map(|s| s.mechanism)),
+        }
         Ok(())
     }
 
