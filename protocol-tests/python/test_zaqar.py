@@ -119,6 +119,28 @@ def test_delayed_queue(zaqar):
     assert [m.body for m in q.claim(ttl=60, limit=1)] == ["later"]
 
 
+def test_a_delayed_message_is_got_and_deleted_by_id_before_it_is_due(zaqar):
+    q = zaqar.queue(unique("zdi"), force_create=True)
+    q.metadata(new_meta={"_default_message_delay": 900})
+    # Each ttl outlasts the delay: a message whose ttl ends first is never delivered.
+    q.post([{"body": "a", "ttl": 1200}, {"body": "b"}, {"body": "c"}, {"body": "d"}])
+    assert list(q.messages(echo=True)) == [], "not due"
+    waiting = {m.body: m.id for m in q.messages(echo=True, include_delayed=True)}
+    assert sorted(waiting) == ["a", "b", "c", "d"]
+
+    one = q.message(waiting["a"])
+    assert (one.id, one.body, one.ttl) == (waiting["a"], "a", 1200)
+    some = list(q.messages(waiting["b"], waiting["c"]))
+    assert sorted(m.body for m in some) == ["b", "c"]
+
+    one.delete()
+    with pytest.raises(zaqar_errors.ResourceNotFound):
+        q.message(waiting["a"])
+    q.delete_messages(waiting["b"], waiting["c"])
+    assert [m.body for m in q.messages(echo=True, include_delayed=True)] == ["d"]
+    assert q.message(waiting["d"]).body == "d"
+
+
 def test_errors_reach_the_client(zaqar):
     q = zaqar.queue(unique("ze"), force_create=True)
     with pytest.raises(zaqar_errors.MalformedRequest):
