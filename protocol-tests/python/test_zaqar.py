@@ -11,27 +11,16 @@ import urllib.request
 import uuid
 
 import pytest
-from zaqarclient.queues.v2 import client as zaqar_client
 from zaqarclient.transport import errors as zaqar_errors
 
 from amqp import connect
-from broker import DEFAULT_CONFIG
 from clients import unique
-
-PROJECT = "ptest"
+from zaqar_support import ANONYMOUS_CONFIG, PROJECT
 
 
 @pytest.fixture(scope="module")
 def broker_config():
-    # python-zaqarclient's noauth backend sends no credentials: the broker lets
-    # anonymous clients in (its users still log in over STOMP and AMQP).
-    return DEFAULT_CONFIG + "\n[security]\nallow_anonymous = true\n"
-
-
-@pytest.fixture
-def zaqar(broker):
-    conf = {"auth_opts": {"backend": "noauth", "options": {"os_project_id": PROJECT}}}
-    return zaqar_client.Client(f"http://127.0.0.1:{broker.http_port}", version=2, conf=conf)
+    return ANONYMOUS_CONFIG
 
 
 def http(broker, method, path, body=None, client_id=None):

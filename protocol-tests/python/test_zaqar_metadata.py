@@ -17,25 +17,15 @@ import urllib.request
 import uuid
 
 import pytest
-from zaqarclient.queues.v2 import client as zaqar_client
 from zaqarclient.transport import errors as zaqar_errors
 
-from broker import DEFAULT_CONFIG
 from clients import unique
-
-PROJECT = "ptest"
+from zaqar_support import ANONYMOUS_CONFIG, PROJECT
 
 
 @pytest.fixture(scope="module")
 def broker_config():
-    # The noauth backend sends no credentials (see test_zaqar.py).
-    return DEFAULT_CONFIG + "\n[security]\nallow_anonymous = true\n"
-
-
-@pytest.fixture
-def zaqar(broker):
-    conf = {"auth_opts": {"backend": "noauth", "options": {"os_project_id": PROJECT}}}
-    return zaqar_client.Client(f"http://127.0.0.1:{broker.http_port}", version=2, conf=conf)
+    return ANONYMOUS_CONFIG
 
 
 def raw(broker, method, path, body=None, content_type="application/json"):
