@@ -44,6 +44,33 @@ fn bodies(messages: &[Value]) -> Vec<Value> {
     messages.iter().map(|m| m["body"].clone()).collect()
 }
 
+/// `metadata` as a GET of its queue shows it: Zaqar's reserved keys with a
+/// default value that it leaves unset at their defaults (Weir's limits,
+/// which are Zaqar's).
+fn with_defaults(metadata: Value) -> Value {
+    let mut shown = json!({
+        "_max_messages_post_size": 262_144,
+        "_default_message_ttl": 3600,
+        "_default_message_delay": 0,
+        "_enable_encrypt_messages": false,
+    });
+    for (key, value) in metadata.as_object().unwrap() {
+        shown[key] = value.clone();
+    }
+    shown
+}
+
+fn patch(z: &Zaqar, queue: &str, ops: Value) -> Response {
+    z.req("PATCH", &format!("/v2/queues/{queue}"))
+        .header(
+            "Content-Type",
+            "application/openstack-messaging-v2.0-json-patch",
+        )
+        .body(ops.to_string())
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn queues_are_created_listed_patched_and_deleted() {
     let (_dir, broker) = start();
@@ -78,7 +105,10 @@ fn queues_are_created_listed_patched_and_deleted() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let meta = z.json("GET", "/v2/queues/orders", None, StatusCode::OK);
-    assert_eq!(meta, json!({"colour": "red", "_default_message_ttl": 120}));
+    assert_eq!(
+        meta,
+        with_defaults(json!({"colour": "red", "_default_message_ttl": 120}))
+    );
     let r = z.send("PATCH", "/v2/queues/orders", Some(json!([])));
     assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("json-patch"));
     z.post_messages("orders", json!([{"body": 1}, {"body": 2}]));
@@ -492,7 +522,7 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
     let metadata = z.json("GET", "/v2/queues/audited", None, StatusCode::OK);
     assert_eq!(
         metadata,
-        json!({"_default_message_delay": 2, "colour": "blue"})
+        with_defaults(json!({"_default_message_delay": 2, "colour": "blue"}))
     );
     // One queue for every protocol: a STOMP send waits out the queue's default delay,
     // and a Zaqar message posted with delay 0 does not.
@@ -541,8 +571,70 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
     let z = Zaqar::new(&broker);
     assert_eq!(
         z.json("GET", "/v2/queues/audited", None, StatusCode::OK),
-        json!({"colour": "blue"})
+        with_defaults(json!({"colour": "blue"}))
     );
+}
+
+#[test]
+fn a_queue_shows_its_reserved_metadata_at_their_defaults_and_takes_them_back() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.send("PUT", "/v2/queues/plain", None);
+    let shown = z.json("GET", "/v2/queues/plain", None, StatusCode::OK);
+    assert_eq!(shown, with_defaults(json!({})));
+    let listed = z.json("GET", "/v2/queues?detailed=true", None, StatusCode::OK);
+    let plain = listed["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "plain");
+    assert_eq!(plain.unwrap()["metadata"], shown, "a detailed listing too");
+
+    // What python-zaqarclient's `metadata(new)` sends after such a GET: a
+    // replace of a key shown with its default, removes of the others.
+    let mut ops =
+        vec![json!({"op": "replace", "path": "/metadata/_default_message_ttl", "value": 120})];
+    for key in shown.as_object().unwrap().keys() {
+        if key != "_default_message_ttl" {
+            ops.push(json!({"op": "remove", "path": format!("/metadata/{key}")}));
+        }
+    }
+    let r = patch(&z, "plain", json!(ops));
+    assert_eq!(r.status(), StatusCode::OK);
+    let answered: Value = r.json().unwrap();
+    assert_eq!(
+        answered,
+        with_defaults(json!({"_default_message_ttl": 120}))
+    );
+    z.post_messages("plain", json!([{"body": 1}]));
+    assert_eq!(
+        z.list("plain", "echo=true")[0]["ttl"],
+        120,
+        "the ttl replaced holds"
+    );
+
+    // The whole of a GET is taken back by a PUT (for a new queue) as it is.
+    let r = z.send("PUT", "/v2/queues/copy", Some(answered.clone()));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(
+        z.json("GET", "/v2/queues/copy", None, StatusCode::OK),
+        answered
+    );
+
+    // A user key is no reserved one: replacing or removing it unset conflicts.
+    let r = patch(
+        &z,
+        "plain",
+        json!([{"op": "remove", "path": "/metadata/colour"}]),
+    );
+    assert_zaqar_error(r, StatusCode::CONFLICT);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/secret",
+        Some(json!({"_enable_encrypt_messages": true})),
+    );
+    let why = assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    assert!(why.contains("_enable_encrypt_messages"), "{why}");
 }
 
 #[test]

@@ -15,7 +15,7 @@ from zaqarclient.transport import errors as zaqar_errors
 
 from amqp import connect
 from clients import unique
-from zaqar_support import ANONYMOUS_CONFIG, PROJECT
+from zaqar_support import ANONYMOUS_CONFIG, PROJECT, shown
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_queue_lifecycle(zaqar):
     q = zaqar.queue(name, force_create=True)
     assert q.exists()
     q.metadata(new_meta={"colour": "blue", "_default_message_ttl": 120})
-    assert q.metadata(force_reload=True) == {"colour": "blue", "_default_message_ttl": 120}
+    assert q.metadata(force_reload=True) == shown(colour="blue", _default_message_ttl=120)
     queues, _ = zaqar.queues()
     names = [x.name for x in queues]
     assert name in names
