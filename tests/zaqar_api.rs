@@ -638,6 +638,69 @@ fn a_queue_shows_its_reserved_metadata_at_their_defaults_and_takes_them_back() {
 }
 
 #[test]
+fn stomp_deliveries_count_toward_max_claim_count() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/retried",
+        Some(json!({"_max_claim_count": 3, "_dead_letter_queue": "retried-dead"})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    z.post_messages("retried", json!([{"body": "flaky"}]));
+
+    // Delivered twice over STOMP: NACKed (and so delivered again at once),
+    // then left unacknowledged by a subscription that ends.
+    let mut consumer = broker.client();
+    consumer.subscribe("1", "/queue/retried", "client-individual");
+    let first = consumer.recv().expect("delivered over STOMP");
+    let ack = first.header("ack").unwrap().to_owned();
+    consumer.send_frame("NACK", &[("id", &ack)], b"");
+    let again = consumer.recv().expect("delivered again after the NACK");
+    assert_eq!(again.header("redelivered"), Some("true"));
+    consumer.send_frame("UNSUBSCRIBE", &[("id", "1"), ("receipt", "gone")], b"");
+    let receipt = consumer.recv().expect("RECEIPT for UNSUBSCRIBE");
+    assert_eq!(receipt.header("receipt-id"), Some("gone"), "{receipt:?}");
+
+    // The claim is the third delivery: its count says so.
+    let claimed = z.json(
+        "POST",
+        "/v2/queues/retried/claims",
+        None,
+        StatusCode::CREATED,
+    );
+    let message = &claimed["messages"][0];
+    assert_eq!(message["body"], "flaky");
+    assert_eq!(message["claim_count"], 3, "{claimed}");
+    let href = message["href"].as_str().unwrap();
+    let claim_id = href.split("claim_id=").nth(1).unwrap();
+    let got = z.json("GET", href.split('?').next().unwrap(), None, StatusCode::OK);
+    assert_eq!(got["claim_count"], 3, "{got}");
+    assert_eq!(
+        z.send(
+            "DELETE",
+            &format!("/v2/queues/retried/claims/{claim_id}"),
+            None
+        )
+        .status(),
+        StatusCode::NO_CONTENT
+    );
+
+    // Delivered as often as `_max_claim_count` allows: the next claim moves it.
+    assert_eq!(
+        z.send("POST", "/v2/queues/retried/claims", None).status(),
+        StatusCode::NO_CONTENT
+    );
+    assert!(z
+        .list("retried", "echo=true&include_claimed=true")
+        .is_empty());
+    assert_eq!(
+        bodies(&z.list("retried-dead", "echo=true")),
+        [json!("flaky")]
+    );
+}
+
+#[test]
 fn a_claim_answered_holds_its_messages_across_kill_9() {
     let (_dir, broker) = start();
     let z = Zaqar::new(&broker);
