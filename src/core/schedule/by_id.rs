@@ -27,8 +27,10 @@ impl Schedule {
     /// id is found, so a lookup of an id that is not waiting reads all of
     /// them: O(messages waiting in this queue), whatever waits in other
     /// queues. Entries held in memory only (not durable, not spilled) are
-    /// looked for in the window, O(entries in memory), and only when the
-    /// queue is not durable: every entry of a durable queue is on disk.
+    /// looked for in the window, O(entries in memory) under its lock, and
+    /// only when the queue is not durable: every entry scheduled while the
+    /// queue is durable is on disk. (So a memory-only entry scheduled before
+    /// a queue was made durable at run time is not found.)
     pub async fn find_by_message_ids(
         &self,
         queue: &str,
