@@ -365,7 +365,7 @@ async fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> 
                     continue;
                 }
                 *slot = match waiting.iter().find(|e| named(e, id)) {
-                    Some(entry) => Some(message_json(&base(queue), &entry.message, 0, None)),
+                    Some(entry) => Some(scheduled_json(queue, entry)),
                     // Fallen due while it was looked for: in the queue now.
                     None => render::find(&q, id).map(|p| render_peeked(ctx, queue, &q, &p)),
                 };
@@ -409,6 +409,13 @@ async fn scheduled(ctx: &Ctx, weir: &str, ids: &[&str]) -> Result<Vec<ScheduledM
             "Delayed messages cannot be read: {e}"
         ))),
     }
+}
+
+/// A waiting message as a queue's own would show: it has no place in the
+/// queue yet, so no sequence; it is found, and so named, by its message id
+/// only, which is one this API names messages by as it is.
+fn scheduled_json(queue: &str, entry: &ScheduledMessage) -> Value {
+    message_json(&base(queue), &entry.message, 0, None)
 }
 
 fn named(entry: &ScheduledMessage, id: &str) -> bool {
@@ -581,7 +588,7 @@ pub async fn get_one(ctx: Ctx, Path((queue, id)): Path<(String, String)>) -> Res
         return Ok(Json(render_peeked(&ctx, &queue, &q, &p)));
     }
     if let Some(entry) = scheduled(&ctx, &weir, &[&id]).await?.first() {
-        return Ok(Json(message_json(&base(&queue), &entry.message, 0, None)));
+        return Ok(Json(scheduled_json(&queue, entry)));
     }
     // Fallen due while it was looked for: in the queue now.
     let p = render::find(&q, &id).ok_or_else(not_found)?;
