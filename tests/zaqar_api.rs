@@ -44,6 +44,33 @@ fn bodies(messages: &[Value]) -> Vec<Value> {
     messages.iter().map(|m| m["body"].clone()).collect()
 }
 
+/// `metadata` as a GET of its queue shows it: Zaqar's reserved keys with a
+/// default value that it leaves unset at their defaults (Weir's limits,
+/// which are Zaqar's).
+fn with_defaults(metadata: Value) -> Value {
+    let mut shown = json!({
+        "_max_messages_post_size": 262_144,
+        "_default_message_ttl": 3600,
+        "_default_message_delay": 0,
+        "_enable_encrypt_messages": false,
+    });
+    for (key, value) in metadata.as_object().unwrap() {
+        shown[key] = value.clone();
+    }
+    shown
+}
+
+fn patch(z: &Zaqar, queue: &str, ops: Value) -> Response {
+    z.req("PATCH", &format!("/v2/queues/{queue}"))
+        .header(
+            "Content-Type",
+            "application/openstack-messaging-v2.0-json-patch",
+        )
+        .body(ops.to_string())
+        .send()
+        .unwrap()
+}
+
 #[test]
 fn queues_are_created_listed_patched_and_deleted() {
     let (_dir, broker) = start();
@@ -78,7 +105,10 @@ fn queues_are_created_listed_patched_and_deleted() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let meta = z.json("GET", "/v2/queues/orders", None, StatusCode::OK);
-    assert_eq!(meta, json!({"colour": "red", "_default_message_ttl": 120}));
+    assert_eq!(
+        meta,
+        with_defaults(json!({"colour": "red", "_default_message_ttl": 120}))
+    );
     let r = z.send("PATCH", "/v2/queues/orders", Some(json!([])));
     assert!(assert_zaqar_error(r, StatusCode::BAD_REQUEST).contains("json-patch"));
     z.post_messages("orders", json!([{"body": 1}, {"body": 2}]));
@@ -492,7 +522,7 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
     let metadata = z.json("GET", "/v2/queues/audited", None, StatusCode::OK);
     assert_eq!(
         metadata,
-        json!({"_default_message_delay": 2, "colour": "blue"})
+        with_defaults(json!({"_default_message_delay": 2, "colour": "blue"}))
     );
     // One queue for every protocol: a STOMP send waits out the queue's default delay,
     // and a Zaqar message posted with delay 0 does not.
@@ -541,7 +571,132 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
     let z = Zaqar::new(&broker);
     assert_eq!(
         z.json("GET", "/v2/queues/audited", None, StatusCode::OK),
-        json!({"colour": "blue"})
+        with_defaults(json!({"colour": "blue"}))
+    );
+}
+
+#[test]
+fn a_queue_shows_its_reserved_metadata_at_their_defaults_and_takes_them_back() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    z.send("PUT", "/v2/queues/plain", None);
+    let shown = z.json("GET", "/v2/queues/plain", None, StatusCode::OK);
+    assert_eq!(shown, with_defaults(json!({})));
+    let listed = z.json("GET", "/v2/queues?detailed=true", None, StatusCode::OK);
+    let plain = listed["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|q| q["name"] == "plain");
+    assert_eq!(plain.unwrap()["metadata"], shown, "a detailed listing too");
+
+    // What python-zaqarclient's `metadata(new)` sends after such a GET: a
+    // replace of a key shown with its default, removes of the others.
+    let mut ops =
+        vec![json!({"op": "replace", "path": "/metadata/_default_message_ttl", "value": 120})];
+    for key in shown.as_object().unwrap().keys() {
+        if key != "_default_message_ttl" {
+            ops.push(json!({"op": "remove", "path": format!("/metadata/{key}")}));
+        }
+    }
+    let r = patch(&z, "plain", json!(ops));
+    assert_eq!(r.status(), StatusCode::OK);
+    let answered: Value = r.json().unwrap();
+    assert_eq!(
+        answered,
+        with_defaults(json!({"_default_message_ttl": 120}))
+    );
+    z.post_messages("plain", json!([{"body": 1}]));
+    assert_eq!(
+        z.list("plain", "echo=true")[0]["ttl"],
+        120,
+        "the ttl replaced holds"
+    );
+
+    // The whole of a GET is taken back by a PUT (for a new queue) as it is.
+    let r = z.send("PUT", "/v2/queues/copy", Some(answered.clone()));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    assert_eq!(
+        z.json("GET", "/v2/queues/copy", None, StatusCode::OK),
+        answered
+    );
+
+    // A user key is no reserved one: replacing or removing it unset conflicts.
+    let r = patch(
+        &z,
+        "plain",
+        json!([{"op": "remove", "path": "/metadata/colour"}]),
+    );
+    assert_zaqar_error(r, StatusCode::CONFLICT);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/secret",
+        Some(json!({"_enable_encrypt_messages": true})),
+    );
+    let why = assert_zaqar_error(r, StatusCode::BAD_REQUEST);
+    assert!(why.contains("_enable_encrypt_messages"), "{why}");
+}
+
+#[test]
+fn stomp_deliveries_count_toward_max_claim_count() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/retried",
+        Some(json!({"_max_claim_count": 3, "_dead_letter_queue": "retried-dead"})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    z.post_messages("retried", json!([{"body": "flaky"}]));
+
+    // Delivered twice over STOMP: NACKed (and so delivered again at once),
+    // then left unacknowledged by a subscription that ends.
+    let mut consumer = broker.client();
+    consumer.subscribe("1", "/queue/retried", "client-individual");
+    let first = consumer.recv().expect("delivered over STOMP");
+    let ack = first.header("ack").unwrap().to_owned();
+    consumer.send_frame("NACK", &[("id", &ack)], b"");
+    let again = consumer.recv().expect("delivered again after the NACK");
+    assert_eq!(again.header("redelivered"), Some("true"));
+    consumer.send_frame("UNSUBSCRIBE", &[("id", "1"), ("receipt", "gone")], b"");
+    let receipt = consumer.recv().expect("RECEIPT for UNSUBSCRIBE");
+    assert_eq!(receipt.header("receipt-id"), Some("gone"), "{receipt:?}");
+
+    // The claim is the third delivery: its count says so.
+    let claimed = z.json(
+        "POST",
+        "/v2/queues/retried/claims",
+        None,
+        StatusCode::CREATED,
+    );
+    let message = &claimed["messages"][0];
+    assert_eq!(message["body"], "flaky");
+    assert_eq!(message["claim_count"], 3, "{claimed}");
+    let href = message["href"].as_str().unwrap();
+    let claim_id = href.split("claim_id=").nth(1).unwrap();
+    let got = z.json("GET", href.split('?').next().unwrap(), None, StatusCode::OK);
+    assert_eq!(got["claim_count"], 3, "{got}");
+    assert_eq!(
+        z.send(
+            "DELETE",
+            &format!("/v2/queues/retried/claims/{claim_id}"),
+            None
+        )
+        .status(),
+        StatusCode::NO_CONTENT
+    );
+
+    // Delivered as often as `_max_claim_count` allows: the next claim moves it.
+    assert_eq!(
+        z.send("POST", "/v2/queues/retried/claims", None).status(),
+        StatusCode::NO_CONTENT
+    );
+    assert!(z
+        .list("retried", "echo=true&include_claimed=true")
+        .is_empty());
+    assert_eq!(
+        bodies(&z.list("retried-dead", "echo=true")),
+        [json!("flaky")]
     );
 }
 

@@ -1,7 +1,8 @@
 //! Zaqar messages addressed by id in a queue deeper than its memory limit,
 //! over real sockets (a broker process, reqwest): got and deleted by id
 //! while paged to disk and after kill -9, and listed page by page with the
-//! delayed ones.
+//! delayed ones; delayed messages got and deleted by id before they are
+//! due, after kill -9 too.
 
 mod common;
 
@@ -10,6 +11,7 @@ use common::BrokerProcess;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 /// `deep` and `slow` page past five messages.
 const CONFIG: &str = r#"
@@ -177,4 +179,123 @@ fn delayed_and_ready_messages_are_listed_page_by_page_once_each() {
         None,
     );
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+}
+
+/// The message `id` of `queue`, or `None` on 404.
+fn message(z: &Zaqar, queue: &str, id: &str) -> Option<Value> {
+    let r = z.send("GET", &format!("/v2/queues/{queue}/messages/{id}"), None);
+    match r.status() {
+        StatusCode::NOT_FOUND => None,
+        StatusCode::OK => Some(r.json().unwrap()),
+        other => panic!("GET message {id}: {other}"),
+    }
+}
+
+#[test]
+fn a_delayed_message_is_got_and_deleted_by_id_after_kill_9_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(CONFIG));
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/later",
+        Some(json!({"_default_message_delay": 900})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    // Five due in a quarter of an hour; two due in a few seconds.
+    let ids = z.post_messages(
+        "later",
+        json!([
+            {"body": 0, "ttl": 1200}, {"body": 1}, {"body": 2}, {"body": 3}, {"body": 4},
+            {"body": "soon", "delay": 4}, {"body": "cancelled", "delay": 4},
+        ]),
+    );
+    let posted = Instant::now();
+    assert!(
+        z.list_all("later", 10, "echo=true").0.is_empty(),
+        "none due"
+    );
+
+    let got = message(&z, "later", &ids[0]).expect("a delayed message by id");
+    assert_eq!(got["id"], ids[0]);
+    assert_eq!(got["body"], 0);
+    assert_eq!(got["ttl"], 1200);
+    assert_eq!(got["href"], format!("/v2/queues/later/messages/{}", ids[0]));
+    assert!(got.get("claim_id").is_none(), "{got}");
+    let some = z.json(
+        "GET",
+        &format!(
+            "/v2/queues/later/messages?ids={},{},{}",
+            ids[2], "0123456789abcdef01234567", ids[1]
+        ),
+        None,
+        StatusCode::OK,
+    );
+    let bodies: Vec<&Value> = some["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["body"])
+        .collect();
+    assert_eq!(bodies, [&json!(2), &json!(1)], "{some}");
+
+    // A delete by id cancels it: gone, and never delivered.
+    z.delete(&format!("/v2/queues/later/messages/{}", ids[6]));
+    assert_eq!(message(&z, "later", &ids[6]), None);
+    z.delete(&format!(
+        "/v2/queues/later/messages?ids={},{}",
+        ids[1], ids[2]
+    ));
+    assert_eq!(message(&z, "later", &ids[1]), None);
+    assert_eq!(message(&z, "later", &ids[2]), None);
+    let r = z.send(
+        "DELETE",
+        &format!(
+            "/v2/queues/later/messages/{}?claim_id=0123456789abcdef01234567",
+            ids[3]
+        ),
+        None,
+    );
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "a delayed message is not claimed"
+    );
+
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    assert_eq!(
+        message(&z, "later", &ids[0]).unwrap()["body"],
+        0,
+        "after kill -9"
+    );
+    for gone in [1, 2, 6] {
+        assert_eq!(
+            message(&z, "later", &ids[gone]),
+            None,
+            "cancelled for good: {gone}"
+        );
+    }
+    z.delete(&format!("/v2/queues/later/messages/{}", ids[3]));
+
+    let broker = broker.restart_after_kill();
+    let z = Zaqar::new(&broker);
+    assert_eq!(message(&z, "later", &ids[3]), None);
+    assert_eq!(message(&z, "later", &ids[4]).unwrap()["body"], 4);
+
+    // Due: the one not cancelled arrives, by id from the queue now; the
+    // cancelled one does not.
+    let due = posted + Duration::from_secs(4);
+    while Instant::now() < due + Duration::from_secs(10) {
+        if !z.list_all("later", 10, "echo=true").0.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(z.list_all("later", 10, "echo=true").0, [json!("soon")]);
+    assert_eq!(message(&z, "later", &ids[5]).unwrap()["body"], "soon");
+    assert_eq!(message(&z, "later", &ids[6]), None);
+    let (all, _) = z.list_all("later", 10, "echo=true&include_delayed=true");
+    assert_eq!(all, [json!("soon"), json!(0), json!(4)]);
 }

@@ -63,6 +63,15 @@ def client(client_factory):
 
 
 @pytest.fixture
+def zaqar(broker):
+    """python-zaqarclient on the module's broker (see zaqar_support.py); the module's
+    `broker_config` must let anonymous clients in."""
+    import zaqar_support  # only Zaqar modules need the client installed
+
+    return zaqar_support.client(broker)
+
+
+@pytest.fixture
 def raw_factory(broker):
     opened = []
 

@@ -11,27 +11,16 @@ import urllib.request
 import uuid
 
 import pytest
-from zaqarclient.queues.v2 import client as zaqar_client
 from zaqarclient.transport import errors as zaqar_errors
 
 from amqp import connect
-from broker import DEFAULT_CONFIG
 from clients import unique
-
-PROJECT = "ptest"
+from zaqar_support import ANONYMOUS_CONFIG, PROJECT, shown
 
 
 @pytest.fixture(scope="module")
 def broker_config():
-    # python-zaqarclient's noauth backend sends no credentials: the broker lets
-    # anonymous clients in (its users still log in over STOMP and AMQP).
-    return DEFAULT_CONFIG + "\n[security]\nallow_anonymous = true\n"
-
-
-@pytest.fixture
-def zaqar(broker):
-    conf = {"auth_opts": {"backend": "noauth", "options": {"os_project_id": PROJECT}}}
-    return zaqar_client.Client(f"http://127.0.0.1:{broker.http_port}", version=2, conf=conf)
+    return ANONYMOUS_CONFIG
 
 
 def http(broker, method, path, body=None, client_id=None):
@@ -60,7 +49,7 @@ def test_queue_lifecycle(zaqar):
     q = zaqar.queue(name, force_create=True)
     assert q.exists()
     q.metadata(new_meta={"colour": "blue", "_default_message_ttl": 120})
-    assert q.metadata(force_reload=True) == {"colour": "blue", "_default_message_ttl": 120}
+    assert q.metadata(force_reload=True) == shown(colour="blue", _default_message_ttl=120)
     queues, _ = zaqar.queues()
     names = [x.name for x in queues]
     assert name in names
@@ -117,6 +106,28 @@ def test_delayed_queue(zaqar):
     assert list(q.claim(ttl=60, limit=1)) == []
     time.sleep(1.5)
     assert [m.body for m in q.claim(ttl=60, limit=1)] == ["later"]
+
+
+def test_a_delayed_message_is_got_and_deleted_by_id_before_it_is_due(zaqar):
+    q = zaqar.queue(unique("zdi"), force_create=True)
+    q.metadata(new_meta={"_default_message_delay": 900})
+    # Each ttl outlasts the delay: a message whose ttl ends first is never delivered.
+    q.post([{"body": "a", "ttl": 1200}, {"body": "b"}, {"body": "c"}, {"body": "d"}])
+    assert list(q.messages(echo=True)) == [], "not due"
+    waiting = {m.body: m.id for m in q.messages(echo=True, include_delayed=True)}
+    assert sorted(waiting) == ["a", "b", "c", "d"]
+
+    one = q.message(waiting["a"])
+    assert (one.id, one.body, one.ttl) == (waiting["a"], "a", 1200)
+    some = list(q.messages(waiting["b"], waiting["c"]))
+    assert sorted(m.body for m in some) == ["b", "c"]
+
+    one.delete()
+    with pytest.raises(zaqar_errors.ResourceNotFound):
+        q.message(waiting["a"])
+    q.delete_messages(waiting["b"], waiting["c"])
+    assert [m.body for m in q.messages(echo=True, include_delayed=True)] == ["d"]
+    assert q.message(waiting["d"]).body == "d"
 
 
 def test_errors_reach_the_client(zaqar):

@@ -17,25 +17,15 @@ import urllib.request
 import uuid
 
 import pytest
-from zaqarclient.queues.v2 import client as zaqar_client
 from zaqarclient.transport import errors as zaqar_errors
 
-from broker import DEFAULT_CONFIG
 from clients import unique
-
-PROJECT = "ptest"
+from zaqar_support import ANONYMOUS_CONFIG, PROJECT, shown
 
 
 @pytest.fixture(scope="module")
 def broker_config():
-    # The noauth backend sends no credentials (see test_zaqar.py).
-    return DEFAULT_CONFIG + "\n[security]\nallow_anonymous = true\n"
-
-
-@pytest.fixture
-def zaqar(broker):
-    conf = {"auth_opts": {"backend": "noauth", "options": {"os_project_id": PROJECT}}}
-    return zaqar_client.Client(f"http://127.0.0.1:{broker.http_port}", version=2, conf=conf)
+    return ANONYMOUS_CONFIG
 
 
 def raw(broker, method, path, body=None, content_type="application/json"):
@@ -65,13 +55,41 @@ def listed(broker, name, **params):
     return [(m["body"], m["ttl"]) for m in doc["messages"]]
 
 
+# --- the reserved keys as a GET shows them -------------------------------------------
+
+def test_a_queue_shows_the_reserved_keys_it_leaves_unset_at_their_defaults(zaqar, broker):
+    name = unique("zdef")
+    q = zaqar.queue(name, force_create=True)
+    assert q.metadata() == shown()
+    # The client replaces what the GET showed and removes what it does not keep.
+    q.metadata(new_meta={"colour": "blue", "_default_message_ttl": 120})
+    assert q.metadata(force_reload=True) == shown(colour="blue", _default_message_ttl=120)
+    q.metadata(new_meta={"colour": "red"})
+    assert q.metadata(force_reload=True) == shown(colour="red")
+    q.post([{"body": "x"}])
+    assert [m.ttl for m in q.messages(echo=True)] == [3600], "the default shown holds"
+
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{broker.http_port}/v2/queues?detailed=true&limit=1000")
+    req.add_header("Client-ID", str(uuid.uuid4()))
+    req.add_header("X-Project-Id", PROJECT)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        listed = {x["name"]: x["metadata"] for x in json.loads(resp.read())["queues"]}
+    assert listed[name] == shown(colour="red"), "a detailed listing shows them too"
+
+    # A value Weir cannot honour is refused, naming its key.
+    with pytest.raises(zaqar_errors.MalformedRequest) as refused:
+        q.metadata(new_meta={"_enable_encrypt_messages": True})
+    assert "_enable_encrypt_messages" in str(refused.value)
+
+
 # --- _default_message_ttl ------------------------------------------------------------
 
 def test_default_message_ttl_is_the_ttl_of_messages_posted_without_one(zaqar, client_factory):
     name = unique("zttl")
     q = zaqar.queue(name, force_create=True)
     q.metadata(new_meta={"_default_message_ttl": 60})
-    assert q.metadata(force_reload=True) == {"_default_message_ttl": 60}
+    assert q.metadata(force_reload=True) == shown(_default_message_ttl=60)
     q.post([{"body": "default"}, {"body": "own", "ttl": 300}])
     assert {m.body: m.ttl for m in q.messages(echo=True)} == {"default": 60, "own": 300}
 
@@ -265,11 +283,11 @@ def test_unknown_reserved_metadata_keys_are_refused(broker):
     assert status == 400
     assert "'_colour'" in doc["description"]
     assert raw(broker, "GET", f"/v2/queues/{name}") == (
-        200, {"colour": "blue", "_max_claim_count": 3}), "unchanged"
+        200, shown(colour="blue", _max_claim_count=3)), "unchanged"
 
     # Keys without `_` are the user's, whatever they hold.
     patch = [{"op": "add", "path": "/metadata/colour_", "value": {"any": ["thing"]}}]
     status, doc = raw(broker, "PATCH", f"/v2/queues/{name}", patch,
                       content_type="application/openstack-messaging-v2.0-json-patch")
     assert status == 200
-    assert doc == {"colour": "blue", "_max_claim_count": 3, "colour_": {"any": ["thing"]}}
+    assert doc == shown(colour="blue", _max_claim_count=3, colour_={"any": ["thing"]})

@@ -9,7 +9,9 @@ use super::render::{self, message_json, CLIENT_ID_PROPERTY};
 use crate::core::claims::{ClaimError, ClaimTerms};
 use crate::core::message::{now_ms, Message, Value as CoreValue};
 use crate::core::queue::{Queue, Untaken};
-use crate::core::schedule::{PropertyValue, ScheduleEditError, ScheduleQuery};
+use crate::core::schedule::{
+    format_key, PropertyValue, ScheduleEditError, ScheduleQuery, ScheduledMessage,
+};
 use crate::core::security::Permission;
 use crate::core::Receipt;
 use axum::body::Bytes;
@@ -345,14 +347,36 @@ fn split_ids(ids: &str) -> Result<Vec<&str>> {
 
 async fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> {
     let ids = split_ids(ids)?;
-    let mut found: Vec<Value> = Vec::new();
+    let mut found: Vec<Option<Value>> = vec![None; ids.len()];
     if let Some(q) = ctx.broker.queue(weir) {
-        for id in &ids {
-            if let Some(p) = render::find(&q, id).await {
-                found.push(render_peeked(ctx, queue, &q, &p));
+        for (id, slot) in ids.iter().zip(found.iter_mut()) {
+            *slot = render::find(&q, id)
+                .await
+                .map(|p| render_peeked(ctx, queue, &q, &p));
+        }
+        let missing: Vec<&str> = ids
+            .iter()
+            .zip(&found)
+            .filter(|(_, slot)| slot.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        if !missing.is_empty() {
+            let waiting = scheduled(ctx, weir, &missing).await?;
+            for (id, slot) in ids.iter().zip(found.iter_mut()) {
+                if slot.is_some() {
+                    continue;
+                }
+                *slot = match waiting.iter().find(|e| named(e, id)) {
+                    Some(entry) => Some(scheduled_json(queue, entry)),
+                    // Fallen due while it was looked for: in the queue now.
+                    None => render::find(&q, id)
+                        .await
+                        .map(|p| render_peeked(ctx, queue, &q, &p)),
+                };
             }
         }
     }
+    let found: Vec<Value> = found.into_iter().flatten().collect();
     if found.is_empty() {
         return Err(ZaqarError::NotFound(format!(
             "No messages with IDs: {} found in the queue {queue}.",
@@ -360,6 +384,71 @@ async fn by_ids(ctx: &Ctx, queue: &str, weir: &str, ids: &str) -> Result<Value> 
         )));
     }
     Ok(json!({"messages": found}))
+}
+
+/// The messages of `weir` named by `ids` that wait in the delay schedule:
+/// as in Zaqar, a message not due yet is got and deleted by id like any
+/// other, though it is neither listed (without `include_delayed`) nor
+/// claimed. Only ids this API names messages by are looked for (a
+/// sequence id names a place in the queue). See
+/// [`Schedule::find_by_message_ids`](crate::core::schedule::Schedule::find_by_message_ids)
+/// for the cost.
+async fn scheduled(ctx: &Ctx, weir: &str, ids: &[&str]) -> Result<Vec<ScheduledMessage>> {
+    let Some(schedule) = ctx.broker.schedule() else {
+        return Ok(Vec::new());
+    };
+    let ids: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| render::url_safe(id))
+        .collect();
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    match schedule.find_by_message_ids(weir, &ids).await {
+        Ok(found) => Ok(found),
+        // Deleted meanwhile: nothing of it waits.
+        Err(ScheduleEditError::UnknownQueue(_)) => Ok(Vec::new()),
+        Err(e) => Err(ZaqarError::Unavailable(format!(
+            "Delayed messages cannot be read: {e}"
+        ))),
+    }
+}
+
+/// A waiting message as a queue's own would show: it has no place in the
+/// queue yet, so no sequence; it is found, and so named, by its message id
+/// only, which is one this API names messages by as it is.
+fn scheduled_json(queue: &str, entry: &ScheduledMessage) -> Value {
+    message_json(&base(queue), &entry.message, 0, None)
+}
+
+fn named(entry: &ScheduledMessage, id: &str) -> bool {
+    entry.message.message_id.as_deref() == Some(id)
+}
+
+/// Cancels delayed messages for good (on disk before this returns); the
+/// ids of those that fell due first, which are in the queue now.
+async fn cancel_scheduled(ctx: &Ctx, entries: &[ScheduledMessage]) -> Result<Vec<String>> {
+    let Some(schedule) = ctx.broker.schedule() else {
+        return Ok(Vec::new());
+    };
+    let mut due = Vec::new();
+    for entry in entries {
+        match schedule.cancel(&format_key(&entry.key)).await {
+            Ok(_) => {}
+            // Moved into the queue by the timer, or cancelled by another
+            // delete: the caller looks for it in the queue.
+            Err(ScheduleEditError::AlreadyDue(_) | ScheduleEditError::NotFound(_)) => {
+                due.extend(entry.message.message_id.as_deref().map(str::to_owned))
+            }
+            Err(e) => {
+                return Err(ZaqarError::Unavailable(format!(
+                    "The delayed message cannot be deleted: {e}"
+                )))
+            }
+        }
+    }
+    Ok(due)
 }
 
 #[derive(Deserialize)]
@@ -392,9 +481,19 @@ pub async fn delete_many(
             let ids = split_ids(&ids)?;
             if let Some(q) = ctx.broker.queue(&weir) {
                 let mut receipts = Vec::new();
+                let mut missing = Vec::new();
                 for id in ids {
-                    if let Some(p) = render::find(&q, id).await {
-                        receipts.extend(remove(&ctx, &weir, &q, &p).await);
+                    match render::find(&q, id).await {
+                        Some(p) => receipts.extend(remove(&ctx, &weir, &q, &p).await),
+                        None => missing.push(id),
+                    }
+                }
+                if !missing.is_empty() {
+                    let waiting = scheduled(&ctx, &weir, &missing).await?;
+                    for id in cancel_scheduled(&ctx, &waiting).await? {
+                        if let Some(p) = render::find(&q, &id).await {
+                            receipts.extend(remove(&ctx, &weir, &q, &p).await);
+                        }
                     }
                 }
                 Receipt::all(receipts).wait().await?;
@@ -472,6 +571,12 @@ async fn remove_waiting(q: &Arc<Queue>, seq: u64) -> std::result::Result<Receipt
     }
 }
 
+fn not_claimed() -> ZaqarError {
+    ZaqarError::BadRequest(
+        "A claim was specified, but the message is not currently claimed.".into(),
+    )
+}
+
 fn claimed() -> ZaqarError {
     ZaqarError::Forbidden(
         "This message is claimed; it cannot be deleted without a valid claim ID.".into(),
@@ -483,6 +588,13 @@ pub async fn get_one(ctx: Ctx, Path((queue, id)): Path<(String, String)>) -> Res
     ctx.may(&weir, Permission::Browse)?;
     let not_found = || ZaqarError::NotFound(format!("Message {id} does not exist."));
     let q = ctx.broker.queue(&weir).ok_or_else(not_found)?;
+    if let Some(p) = render::find(&q, &id).await {
+        return Ok(Json(render_peeked(&ctx, &queue, &q, &p)));
+    }
+    if let Some(entry) = scheduled(&ctx, &weir, &[&id]).await?.first() {
+        return Ok(Json(scheduled_json(&queue, entry)));
+    }
+    // Fallen due while it was looked for: in the queue now.
     let p = render::find(&q, &id).await.ok_or_else(not_found)?;
     Ok(Json(render_peeked(&ctx, &queue, &q, &p)))
 }
@@ -502,8 +614,26 @@ pub async fn delete_one(
     let Some(q) = ctx.broker.queue(&weir) else {
         return Ok(StatusCode::NO_CONTENT);
     };
-    let Some(p) = render::find(&q, &id).await else {
-        return Ok(StatusCode::NO_CONTENT);
+    let p = match render::find(&q, &id).await {
+        Some(p) => p,
+        None => {
+            let waiting = scheduled(&ctx, &weir, &[&id]).await?;
+            if waiting.is_empty() {
+                return Ok(StatusCode::NO_CONTENT);
+            }
+            if params.claim_id.is_some() {
+                return Err(not_claimed());
+            }
+            let fell_due = cancel_scheduled(&ctx, &waiting).await?;
+            match fell_due.is_empty() {
+                true => return Ok(StatusCode::NO_CONTENT),
+                // In the queue now: deleted from there.
+                false => match render::find(&q, &id).await {
+                    Some(p) => p,
+                    None => return Ok(StatusCode::NO_CONTENT),
+                },
+            }
+        }
     };
     let receipt = match (&params.claim_id, p.held_by) {
         (Some(claim), _) => ctx
@@ -513,9 +643,7 @@ pub async fn delete_one(
                 ClaimError::NotFound(_) => ZaqarError::BadRequest(
                     "The specified claim does not exist or has expired.".into(),
                 ),
-                ClaimError::NotClaimed { .. } => ZaqarError::BadRequest(
-                    "A claim was specified, but the message is not currently claimed.".into(),
-                ),
+                ClaimError::NotClaimed { .. } => not_claimed(),
             })?,
         (None, Some(_)) => return Err(claimed()),
         (None, None) => match remove_waiting(&q, p.seq).await {

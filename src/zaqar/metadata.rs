@@ -17,14 +17,68 @@ use serde_json::{Map, Value};
 use std::time::Duration;
 
 /// The reserved keys Weir understands; any other `_` key is refused.
-const RESERVED: [&str; 6] = [
+const RESERVED: [&str; 7] = [
     "_default_message_delay",
     "_default_message_ttl",
     "_max_messages_post_size",
     "_max_claim_count",
     "_dead_letter_queue",
     "_dead_letter_queue_messages_ttl",
+    "_enable_encrypt_messages",
 ];
+
+pub fn is_reserved(key: &str) -> bool {
+    RESERVED.contains(&key)
+}
+
+/// `metadata` as a GET shows it: as Zaqar's queue resource does, every
+/// reserved key with a default value that is unset (or set to something
+/// false: `null`, `0`, `false`, `""`) shows that default, the value this
+/// API applies when the key is not set. So a client sees which ttl, post
+/// size and delay hold.
+///
+/// Zaqar also shows `_max_claim_count`, `_dead_letter_queue` and
+/// `_dead_letter_queue_messages_ttl` as `null` when unset; Weir leaves them
+/// out. python-zaqarclient's `queue.metadata(new)` adds a key it read as
+/// `null` and then removes it again in the same patch (it removes every key
+/// it read and was not told to replace), so against a server that shows
+/// them it cannot set a dead-letter queue at all.
+pub fn shown(mut metadata: Map<String, Value>) -> Map<String, Value> {
+    let rules = QueueRules::default();
+    let defaults = [
+        (
+            "_max_messages_post_size",
+            Value::from(rules.max_messages_post_size),
+        ),
+        (
+            "_default_message_ttl",
+            Value::from(rules.default_message_ttl),
+        ),
+        (
+            "_default_message_delay",
+            Value::from(rules.default_message_delay),
+        ),
+        ("_enable_encrypt_messages", Value::Bool(false)),
+    ];
+    for (key, default) in defaults {
+        if metadata.get(key).is_none_or(falsy) {
+            metadata.insert(key.to_owned(), default);
+        }
+    }
+    metadata
+}
+
+/// Python's falsehood, which Zaqar's `if not metadata.get(key)` tests.
+fn falsy(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
 
 /// What a queue's reserved keys say, with Zaqar's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,7 +157,9 @@ fn seconds(
     min: u64,
     max: u64,
 ) -> Result<Option<u64>, ZaqarError> {
-    let Some(value) = metadata.get(key) else {
+    // `null` is unset: Zaqar shows some unset keys so, and a client that
+    // read them there may send them back.
+    let Some(value) = metadata.get(key).filter(|v| !v.is_null()) else {
         return Ok(None);
     };
     match value.as_u64() {
@@ -159,7 +215,21 @@ pub fn rules_of(metadata: &Map<String, Value>) -> Result<QueueRules, ZaqarError>
         limits::MIN_MESSAGE_TTL,
         limits::MAX_MESSAGE_TTL,
     )?;
-    if let Some(dlq) = metadata.get("_dead_letter_queue") {
+    match metadata.get("_enable_encrypt_messages") {
+        None | Some(Value::Null | Value::Bool(false)) => {}
+        Some(Value::Bool(true)) => {
+            return Err(ZaqarError::BadRequest(
+                "The _enable_encrypt_messages cannot be true: Weir does not encrypt messages."
+                    .into(),
+            ))
+        }
+        Some(_) => {
+            return Err(ZaqarError::BadRequest(
+                "The _enable_encrypt_messages must be a boolean.".into(),
+            ))
+        }
+    }
+    if let Some(dlq) = metadata.get("_dead_letter_queue").filter(|v| !v.is_null()) {
         let name = dlq.as_str().ok_or_else(|| {
             ZaqarError::BadRequest("The _dead_letter_queue must be a queue name.".into())
         })?;
@@ -200,6 +270,37 @@ mod tests {
     }
 
     #[test]
+    fn unset_or_false_reserved_keys_show_their_defaults() {
+        let shown = shown(map(json!({
+            "_default_message_ttl": 120,
+            "_max_claim_count": null,
+            "_default_message_delay": 0,
+            "colour": "",
+        })));
+        assert_eq!(
+            Value::Object(shown.clone()),
+            json!({
+                "_default_message_ttl": 120,
+                "_max_messages_post_size": limits::MAX_MESSAGES_POST_SIZE,
+                "_default_message_delay": 0,
+                "_max_claim_count": null,
+                "_enable_encrypt_messages": false,
+                "colour": "",
+            })
+        );
+        // What a GET shows is accepted back as it is.
+        assert_eq!(
+            rules_of(&shown).unwrap(),
+            QueueRules {
+                default_message_ttl: 120,
+                ..QueueRules::default()
+            }
+        );
+        assert!(rules_of(&map(json!({"_enable_encrypt_messages": true}))).is_err());
+        assert!(rules_of(&map(json!({"_enable_encrypt_messages": "no"}))).is_err());
+    }
+
+    #[test]
     fn a_refused_reserved_value_names_its_key() {
         for (key, bad) in [
             ("_dead_letter_queue", json!("a/b")),
@@ -208,6 +309,7 @@ mod tests {
             ("_max_claim_count", json!(0)),
             ("_max_messages_post_size", json!(262_145)),
             ("_default_message_ttl", json!("60")),
+            ("_enable_encrypt_messages", json!(true)),
         ] {
             let mut metadata = Map::new();
             metadata.insert(key.to_owned(), bad.clone());

@@ -4,6 +4,7 @@
 use super::context::Ctx;
 use super::error::{Result, ZaqarError};
 use super::limits;
+use super::metadata::is_reserved;
 use super::names;
 use super::render;
 use crate::core::message::now_ms;
@@ -87,7 +88,7 @@ pub async fn list(ctx: Ctx, Query(params): Query<ListParams>) -> Result<Json<Val
                     .queue(&names::weir_name(project, name))
                     .map(|q| super::metadata::get(&q))
                     .unwrap_or_default();
-                q["metadata"] = Value::Object(metadata);
+                q["metadata"] = Value::Object(super::metadata::shown(metadata));
             }
             q
         })
@@ -138,7 +139,9 @@ pub async fn get(ctx: Ctx, Path(queue): Path<String>) -> Result<Json<Value>> {
             "Queue {queue} does not exist."
         )));
     };
-    Ok(Json(Value::Object(super::metadata::get(&q))))
+    Ok(Json(Value::Object(super::metadata::shown(
+        super::metadata::get(&q),
+    ))))
 }
 
 pub async fn delete(ctx: Ctx, Path(queue): Path<String>) -> Result<StatusCode> {
@@ -183,10 +186,13 @@ pub async fn update(
         apply(&mut metadata, change)?;
     }
     super::metadata::set(&ctx.broker, &ctx.principal, &weir, metadata.clone()).await?;
-    Ok(Json(Value::Object(metadata)))
+    Ok(Json(Value::Object(super::metadata::shown(metadata))))
 }
 
-/// One JSON-patch operation on `/metadata/KEY`: add, replace or remove.
+/// One JSON-patch operation on `/metadata/KEY`: add, replace or remove. As
+/// in Zaqar, a reserved key may be replaced or removed while unset: a GET
+/// shows it with its default, and python-zaqarclient's `metadata(new)`
+/// replaces or removes what the GET showed.
 fn apply(metadata: &mut Map<String, Value>, change: &Value) -> Result<()> {
     let bad = |what: &str| ZaqarError::BadRequest(what.to_owned());
     let op = change
@@ -206,7 +212,7 @@ fn apply(metadata: &mut Map<String, Value>, change: &Value) -> Result<()> {
             let value = change
                 .get("value")
                 .ok_or_else(|| bad("Operations add and replace need a \"value\"."))?;
-            if op == "replace" && !metadata.contains_key(key) {
+            if op == "replace" && !metadata.contains_key(key) && !is_reserved(key) {
                 return Err(ZaqarError::Conflict(format!(
                     "The metadata key '{key}' to replace does not exist."
                 )));
@@ -214,7 +220,7 @@ fn apply(metadata: &mut Map<String, Value>, change: &Value) -> Result<()> {
             metadata.insert(key.to_owned(), value.clone());
         }
         "remove" => {
-            if metadata.remove(key).is_none() {
+            if metadata.remove(key).is_none() && !is_reserved(key) {
                 return Err(ZaqarError::Conflict(format!(
                     "The metadata key '{key}' to remove does not exist."
                 )));

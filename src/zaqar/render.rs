@@ -23,7 +23,8 @@ pub fn new_message_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn url_safe(id: &str) -> bool {
+/// An id this API names a message by as it is (else `s` and its sequence).
+pub fn url_safe(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && id

@@ -18,6 +18,7 @@
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
 
+mod by_id;
 mod counts;
 mod edit;
 mod lateness;

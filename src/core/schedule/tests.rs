@@ -8,6 +8,7 @@ use crate::core::{BrokerOptions, ConsumerOptions, Delivery, RoutingType};
 use crate::store::StoreOptions;
 use std::collections::HashSet;
 
+mod by_id;
 mod edit;
 
 fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
