@@ -1045,26 +1045,7 @@ fn weir_perf_logs_in_by_certificate_or_scram_where_certificates_are_required() {
     let (ca, cert, key) = files.args();
     let amqps = format!("amqps://{}", broker.amqps);
     let stomps = format!("stomps://{}", broker.stomp_tls);
-    let run = |url: &str, queue: &str| -> Vec<String> {
-        [
-            "--url",
-            url,
-            "--tls-ca",
-            ca,
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--messages",
-            "500",
-            "--receipt-every",
-            "50",
-            "--queue",
-            queue,
-        ]
-        .map(str::to_owned)
-        .to_vec()
-    };
+    let run = |url: &str, queue: &str| perf_by_certificate(url, ca, (cert, key), queue, &[]);
     let scram_bob = [
         "--login",
         "bob",
@@ -1079,22 +1060,12 @@ fn weir_perf_logs_in_by_certificate_or_scram_where_certificates_are_required() {
             .chain(more.iter().map(|s| (*s).to_owned()))
             .collect()
     };
-    let perf = |args: &[String]| {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        common::weir_perf(&args)
-    };
     let delivers = |args: &[String]| {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         common::perf_delivers(&args, 500);
     };
     // Exit 2, and the broker's refusal names the user it authorized.
-    let refused = |args: &[String], words: &[&str]| {
-        let (code, json, stderr) = perf(args);
-        assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
-        for word in words {
-            assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
-        }
-    };
+    let refused = perf_refused;
     let denied = |user: &str, queue: &str| format!("user '{user}' may not consume at '{queue}'");
 
     // alice's certificate and no login: SASL EXTERNAL and STOMP's certificate login, as alice.
@@ -1174,38 +1145,13 @@ fn weir_perf_external_logs_in_as_the_certificate_user_and_its_permissions_hold()
     let (stranger_cert, stranger_key) = pki.client_files("stranger", &stranger);
     let amqps = format!("amqps://{}", broker.amqps);
     let stomps = format!("stomps://{}", broker.stomp_tls);
-    let run = |url: &str, cert: &str, key: &str, queue: &str, more: &[&str]| -> Vec<String> {
-        [
-            "--url",
-            url,
-            "--tls-ca",
-            ca,
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--messages",
-            "500",
-            "--receipt-every",
-            "50",
-            "--queue",
-            queue,
-        ]
-        .iter()
-        .chain(more)
-        .map(|s| (*s).to_owned())
-        .collect()
+    let run = |url: &str, cert: &str, key: &str, queue: &str, more: &[&str]| {
+        perf_by_certificate(url, ca, (cert, key), queue, more)
     };
     fn as_strs(args: &[String]) -> Vec<&str> {
         args.iter().map(String::as_str).collect()
     }
-    let refused = |args: &[String], words: &[&str]| {
-        let (code, json, stderr) = common::weir_perf(&as_strs(args));
-        assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
-        for word in words {
-            assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
-        }
-    };
+    let refused = perf_refused;
     let external = ["--sasl-mechanism", "EXTERNAL"];
 
     // EXTERNAL asked for by name, and STOMP's certificate login: both as alice.
@@ -1275,4 +1221,45 @@ fn weir_perf_external_logs_in_as_the_certificate_user_and_its_permissions_hold()
         &run(&amqps, alice_cert, alice_key, "alice.x", &with_password),
         &["--passcode"],
     );
+}
+
+/// `weir perf` arguments for 500 receipted messages to `queue` over `url`,
+/// trusting `ca` and presenting the client certificate `(cert, key)`, then `more`.
+fn perf_by_certificate(
+    url: &str,
+    ca: &str,
+    (cert, key): (&str, &str),
+    queue: &str,
+    more: &[&str],
+) -> Vec<String> {
+    [
+        "--url",
+        url,
+        "--tls-ca",
+        ca,
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+        "--messages",
+        "500",
+        "--receipt-every",
+        "50",
+        "--queue",
+        queue,
+    ]
+    .iter()
+    .chain(more)
+    .map(|s| (*s).to_owned())
+    .collect()
+}
+
+/// Runs `weir perf` with `args`: it must exit 2 with each of `words` in its stderr.
+fn perf_refused(args: &[String], words: &[&str]) {
+    let strs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, json, stderr) = common::weir_perf(&strs);
+    assert_eq!(code, Some(2), "{args:?}: {json} {stderr}");
+    for word in words {
+        assert!(stderr.contains(word), "{args:?}: no {word:?} in {stderr}");
+    }
 }

@@ -52,6 +52,16 @@ fn delayed(body: &str, due_ms: u64, durable: bool) -> Message {
     }
 }
 
+/// Publishes `message` and waits until it is written.
+async fn send_message(broker: &Broker, message: Message) {
+    broker
+        .publish(message, RoutingType::Anycast)
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+}
+
 fn consume(broker: &Broker) -> (crate::core::Subscription, Deliveries) {
     consume_window(broker, "q", 100_000)
 }
@@ -157,13 +167,7 @@ async fn large_messages_fill_the_window_by_bytes() {
     let n = 30;
     for i in 0..n {
         let due = now + 200 + (i * 37 % 31) * 5;
-        let message = delayed(&format!("{i}-{body}"), due, i % 2 == 0);
-        broker
-            .publish(message, RoutingType::Anycast)
-            .unwrap()
-            .wait()
-            .await
-            .unwrap();
+        send_message(&broker, delayed(&format!("{i}-{body}"), due, i % 2 == 0)).await;
         // The byte budget, not the entry count, bounds what stays in memory.
         assert!(
             schedule.in_memory() <= 3,

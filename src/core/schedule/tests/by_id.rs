@@ -9,12 +9,7 @@ async fn send(broker: &Broker, address: &str, id: &str, due_ms: u64, durable: bo
         message_id: Some(Arc::from(id)),
         ..delayed(id, due_ms, durable)
     };
-    broker
-        .publish(message, RoutingType::Anycast)
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
+    send_message(broker, message).await;
 }
 
 async fn found(schedule: &Schedule, queue: &str, ids: &[&str]) -> Vec<String> {

@@ -15,15 +15,6 @@ async fn send(broker: &Broker, address: &str, body: &str, due_ms: u64, durable: 
     send_message(broker, message).await;
 }
 
-async fn send_message(broker: &Broker, message: Message) {
-    broker
-        .publish(message, RoutingType::Anycast)
-        .unwrap()
-        .wait()
-        .await
-        .unwrap();
-}
-
 fn query(queue: Option<&str>, limit: usize) -> ScheduleQuery {
     ScheduleQuery {
         queue: queue.map(str::to_owned),
