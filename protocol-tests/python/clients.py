@@ -17,6 +17,7 @@ from broker import PASSWORD, USER
 
 RECEIVE_TIMEOUT = 5.0
 QUIET_PERIOD = 1.0
+IO_THREAD_EXIT_TIMEOUT = 5.0
 
 
 def unique(prefix: str = "t") -> str:
@@ -197,8 +198,10 @@ class Client:
         self._hard_close()
 
     def _hard_close(self):
-        # stomp.py's own stop() waits for its IO thread, which only ends once the
-        # socket is gone; so close the socket first and never wait on the broker.
+        # Shut the socket down so stomp.py's IO thread sees the end and leaves, and
+        # only then close it: closed under a thread still reading, its descriptor is
+        # reused by the next connection this process opens, and the old TLS reader
+        # eats that connection's first bytes (a record header: five bytes).
         transport = self.conn.transport
         transport.running = False
         sock = getattr(transport, "socket", None)
@@ -207,6 +210,11 @@ class Client:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        io_thread = getattr(transport, "io_thread", None)
+        if io_thread is not None and io_thread is not threading.current_thread():
+            io_thread.join(IO_THREAD_EXIT_TIMEOUT)
+        sock = getattr(transport, "socket", None)
+        if sock is not None:
             try:
                 sock.close()
             except OSError:
