@@ -1223,6 +1223,42 @@ fn weir_perf_external_logs_in_as_the_certificate_user_and_its_permissions_hold()
     );
 }
 
+/// `weir perf --logins` names the mechanism its logins used, not the one its flags
+/// suggest: with alice's certificate and no `--sasl-mechanism`, EXTERNAL where the
+/// listener asks for certificates, ANONYMOUS where it asks for none (the client then
+/// shows none, and the broker offers no EXTERNAL, so the client falls back).
+#[test]
+fn weir_perf_logins_report_the_mechanism_the_logins_used() {
+    let pki = Pki::new();
+    let files = pki.perf_files();
+    let (ca, cert, key) = files.args();
+    for (client_auth, used) in [("optional", "EXTERNAL"), ("none", "ANONYMOUS")] {
+        let broker = Broker::start(&format!(
+            "[[users]]\nname = \"alice\"\npassword = \"wonderland\"\n\
+             [security]\nallow_anonymous = true\n{}",
+            pki.tls_section(client_auth)
+        ));
+        let amqps = format!("amqps://{}", broker.amqps);
+        let (code, json, stderr) = common::weir_perf(&[
+            "--url",
+            &amqps,
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--logins",
+            "3",
+        ]);
+        assert_eq!(code, Some(0), "{client_auth}: {json} {stderr}");
+        assert!(
+            json.contains(&format!("\"mechanism\":\"{used}\"")),
+            "client_auth {client_auth}: {json}"
+        );
+    }
+}
+
 /// `weir perf` arguments for 500 receipted messages to `queue` over `url`,
 /// trusting `ca` and presenting the client certificate `(cert, key)`, then `more`.
 fn perf_by_certificate(

@@ -62,12 +62,11 @@ pub async fn run(
     login: &Login,
     count: u64,
 ) -> Result<LoginSummary, PerfError> {
-    let mechanism = match (endpoint.protocol, login.mechanism, &login.login) {
-        (Protocol::Stomp, _, _) => "STOMP".to_owned(),
-        (Protocol::Amqp, Some(m), _) => m.name().to_owned(),
-        (Protocol::Amqp, None, Some(_)) => "PLAIN".to_owned(),
-        (Protocol::Amqp, None, None) if peer.certified() => "EXTERNAL".to_owned(),
-        (Protocol::Amqp, None, None) => "ANONYMOUS".to_owned(),
+    // What the logins used, not what the flags suggest: without --sasl-mechanism
+    // the broker's offer decides (EXTERNAL or ANONYMOUS for a client certificate).
+    let mut mechanism = match endpoint.protocol {
+        Protocol::Stomp => "STOMP",
+        Protocol::Amqp => "",
     };
     let mut latency = stats::histogram()?;
     let start = Instant::now();
@@ -75,7 +74,7 @@ pub async fn run(
     for done in 0..count {
         let began = Instant::now();
         match endpoint.protocol {
-            Protocol::Amqp => amqp::login_once(peer, login).await?,
+            Protocol::Amqp => mechanism = amqp::login_once(peer, login).await?,
             Protocol::Stomp => stomp::login_once(peer, login).await?,
         }
         let _ = latency.record(began.elapsed().as_micros().max(1) as u64);
@@ -92,7 +91,7 @@ pub async fn run(
         }
     }
     Ok(LoginSummary {
-        mechanism,
+        mechanism: mechanism.to_owned(),
         logins: count,
         seconds: start.elapsed().as_secs_f64(),
         latency,

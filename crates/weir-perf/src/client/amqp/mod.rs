@@ -79,6 +79,8 @@ struct Connection {
     incoming_window: u32,
     /// We sent close: the broker's close is the answer, not an error.
     closing: bool,
+    /// The SASL mechanism the login used (what a report names).
+    mechanism: &'static str,
 }
 
 impl Connection {
@@ -95,6 +97,7 @@ impl Connection {
             next_incoming_id: 0,
             incoming_window: SESSION_WINDOW,
             closing: false,
+            mechanism: "",
         };
         tokio::time::timeout(ANSWER_TIMEOUT, conn.handshake(peer, login))
             .await
@@ -112,6 +115,7 @@ impl Connection {
             _ => return Err(PerfError::Unexpected("SASL frame (wanted sasl-mechanisms)")),
         };
         let start = sasl_init(&offered, login, peer.certified())?;
+        self.mechanism = start.mechanism;
         self.sasl_exchange(start).await?;
         self.framed.codec_mut().expect_header();
         self.framed
@@ -553,12 +557,14 @@ fn external(authzid: Option<&str>) -> SaslStart {
     }
 }
 
-/// Connects, logs in and closes: one login of `weir perf --logins`.
-pub async fn login_once(peer: &Peer, login: &Login) -> Result<(), PerfError> {
+/// Connects, logs in and closes: one login of `weir perf --logins`. Returns the
+/// SASL mechanism it used.
+pub async fn login_once(peer: &Peer, login: &Login) -> Result<&'static str, PerfError> {
     let mut conn = Connection::open(peer, login).await?;
     tokio::time::timeout(ANSWER_TIMEOUT, conn.close())
         .await
-        .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))?
+        .map_err(|_| PerfError::Timeout(ANSWER_TIMEOUT.as_secs()))??;
+    Ok(conn.mechanism)
 }
 
 /// The node's address and the capability that says queue or topic.
