@@ -17,6 +17,13 @@
 //! durable flag are deleted when met). A due entry moves into its queue in one
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
+//!
+//! A key's time is when the timer acts on its entry: the due time, or the
+//! expiry when the message's ttl ends first (Zaqar's ttl < delay). Such a
+//! message waits, seen by listings and lookups by id like any other, until
+//! its ttl ends; then it leaves as an expired message does (counted, to the
+//! queue's expiry address), never delivered. Listings show the due time
+//! from the message; ranges and the timeline go by the key's time.
 
 mod by_id;
 mod counts;
@@ -290,7 +297,7 @@ impl DelayedDelivery for Schedule {
         };
         let durable = message.durable || queue.settings().durable;
         let key = ScheduleKey {
-            due_ms,
+            due_ms: stored::wake_at(&message, due_ms),
             queue: queue.id(),
             seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
         };
@@ -571,12 +578,22 @@ impl Inner {
     }
 
     /// Moves due messages into their queues, each queue's in the order given,
-    /// with one [`Queue::publish_moving_all`] per queue.
+    /// with one [`Queue::publish_moving_all`] per queue; expired ones go
+    /// where their queue's expired messages go instead.
     fn deliver(&self, broker: &Broker, entries: Vec<(ScheduleKey, Waiting)>) {
         let mut at: FastMap<u32, usize> = FastMap::default();
         let mut by_queue: Vec<(u32, Vec<Move>)> = Vec::new();
         let now = now_ms();
         for (key, w) in entries {
+            if w.message.is_expired_at(now) {
+                self.expire(broker, key, w);
+                continue;
+            }
+            if w.message.due_at.is_some_and(|due| due > now) {
+                // Keyed by an expiry that an edit moved past this time.
+                self.rekey(key, w);
+                continue;
+            }
             self.lateness.observe(now.saturating_sub(key.due_ms));
             self.counts.remove(key.queue, 1);
             // Its schedule record goes in the write that stores it in the queue.
@@ -598,6 +615,42 @@ impl Inner {
                 }
             }
         }
+    }
+}
+
+impl Inner {
+    /// Removes an entry whose ttl ended while it waited: never delivered,
+    /// diverted as an expired message is. The copy to an expiry address is
+    /// submitted before the record's deletion, so a crash between the two
+    /// expires it again rather than losing it.
+    fn expire(&self, broker: &Broker, key: ScheduleKey, w: Waiting) {
+        self.counts.remove(key.queue, 1);
+        if let Some(queue) = broker.queue_by_id(w.queue) {
+            broker.divert_expired(&queue, w.message);
+        }
+        if w.on_disk {
+            self.store.submit_detached(Op::DeleteScheduled { key });
+        }
+    }
+
+    /// Puts an entry back under the time it is next acted on (its due time
+    /// or its expiry, as edited since it was keyed).
+    fn rekey(&self, key: ScheduleKey, w: Waiting) {
+        let due = w.message.due_at.unwrap_or(key.due_ms);
+        let new_key = ScheduleKey {
+            due_ms: stored::wake_at(&w.message, due),
+            ..key
+        };
+        if w.on_disk {
+            self.store.submit_detached_all(vec![
+                Op::DeleteScheduled { key },
+                Op::PutScheduled {
+                    key: new_key,
+                    record: persist::encode(&w.message, w.delivery_count),
+                },
+            ]);
+        }
+        self.insert(new_key, w);
     }
 }
 
