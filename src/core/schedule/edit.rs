@@ -403,6 +403,8 @@ impl Schedule {
             }
         };
         self.inner.counts.remove(key.queue, 1);
+        let id = entry.message.message_id.as_deref();
+        self.inner.ids.left([(key.queue, id, key)]);
         Ok(summary(&broker, &entry))
     }
 
@@ -449,6 +451,9 @@ impl Schedule {
                 ..w
             },
         );
+        let id = moved.message.message_id.as_deref();
+        self.inner.ids.left([(key.queue, id, key)]);
+        self.inner.ids.entered(key.queue, id, new_key);
         completion.wait().await?;
         Ok(summary(&broker, &moved))
     }
@@ -486,7 +491,7 @@ impl Schedule {
 }
 
 impl Inner {
-    fn broker(&self) -> Result<Broker, ScheduleEditError> {
+    pub(super) fn broker(&self) -> Result<Broker, ScheduleEditError> {
         self.broker
             .upgrade()
             .ok_or(ScheduleEditError::Store(ScheduleError::Store(

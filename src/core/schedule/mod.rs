@@ -28,6 +28,7 @@
 mod by_id;
 mod counts;
 mod edit;
+mod ids;
 mod lateness;
 mod listing;
 mod parked;
@@ -193,6 +194,8 @@ struct Inner {
     lateness: Lateness,
     /// Messages waiting, per queue id.
     counts: counts::DelayedCounts,
+    /// Waiting messages by message id, for queues looked up by id.
+    ids: ids::ScheduleIds,
 }
 
 /// The broker's delay schedule. Install it with [`Broker::set_scheduler`].
@@ -234,6 +237,7 @@ impl Schedule {
             timer: Mutex::new(None),
             lateness: Lateness::default(),
             counts: counts::DelayedCounts::of_store(broker.store())?,
+            ids: ids::ScheduleIds::default(),
         });
         // Nothing else writes the scheduled family yet: no barrier needed.
         let page = inner.store.scan_scheduled(FIRST_KEY, capacity)?;
@@ -318,6 +322,9 @@ impl DelayedDelivery for Schedule {
         // each would otherwise pin the whole read buffer it arrived in.
         let message = Arc::new(message.detached());
         self.inner.counts.add(key.queue);
+        // Entered after the window has it (see `ScheduleIds::entered`), so
+        // the id is taken now, whether or not an index wants it then.
+        let id = message.message_id.clone();
         self.inner.insert(
             key,
             Waiting {
@@ -328,6 +335,7 @@ impl DelayedDelivery for Schedule {
                 on_disk: durable,
             },
         );
+        self.inner.ids.entered(key.queue, id.as_deref(), key);
         completion
     }
 }
@@ -583,6 +591,8 @@ impl Inner {
     fn deliver(&self, broker: &Broker, entries: Vec<(ScheduleKey, Waiting)>) {
         let mut at: FastMap<u32, usize> = FastMap::default();
         let mut by_queue: Vec<(u32, Vec<Move>)> = Vec::new();
+        // Only while some queue keeps an index by id.
+        let mut left = Vec::new();
         let now = now_ms();
         for (key, w) in entries {
             if w.message.is_expired_at(now) {
@@ -596,6 +606,9 @@ impl Inner {
             }
             self.lateness.observe(now.saturating_sub(key.due_ms));
             self.counts.remove(key.queue, 1);
+            if self.ids.kept() {
+                left.push((key.queue, w.message.message_id.clone(), key));
+            }
             // Its schedule record goes in the write that stores it in the queue.
             let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
             let i = *at.entry(w.queue).or_insert_with(|| {
@@ -612,9 +625,15 @@ impl Inner {
                     for op in moves.into_iter().filter_map(|(_, _, delete)| delete) {
                         self.store.submit_detached(op);
                     }
+                    self.ids.forget(queue);
                 }
             }
         }
+        // After their records' deletion was submitted (see `ScheduleIds::left`).
+        self.ids.left(
+            left.iter()
+                .map(|(queue, id, key)| (*queue, id.as_deref(), *key)),
+        );
     }
 }
 
@@ -625,12 +644,14 @@ impl Inner {
     /// expires it again rather than losing it.
     fn expire(&self, broker: &Broker, key: ScheduleKey, w: Waiting) {
         self.counts.remove(key.queue, 1);
+        let id = w.message.message_id.clone();
         if let Some(queue) = broker.queue_by_id(w.queue) {
             broker.divert_expired(&queue, w.message);
         }
         if w.on_disk {
             self.store.submit_detached(Op::DeleteScheduled { key });
         }
+        self.ids.left([(key.queue, id.as_deref(), key)]);
     }
 
     /// Puts an entry back under the time it is next acted on (its due time
@@ -650,7 +671,10 @@ impl Inner {
                 },
             ]);
         }
+        let id = w.message.message_id.clone();
         self.insert(new_key, w);
+        self.ids.left([(key.queue, id.as_deref(), key)]);
+        self.ids.entered(key.queue, id.as_deref(), new_key);
     }
 }
 
