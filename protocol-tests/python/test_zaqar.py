@@ -130,6 +130,25 @@ def test_a_delayed_message_is_got_and_deleted_by_id_before_it_is_due(zaqar):
     assert q.message(waiting["d"]).body == "d"
 
 
+def test_a_message_whose_ttl_ends_before_its_delay_is_seen_until_then_never_claimed(zaqar):
+    # Zaqar's delayed queues: ttl < delay means never claimed, and deleted when the
+    # ttl ends. The shortest ttl the API takes is 60 s; its removal then is tested
+    # with shorter ones below the API (tests/ttl_before_delay.rs, the schedule's).
+    q = zaqar.queue(unique("zttl"), force_create=True)
+    q.metadata(new_meta={"_default_message_delay": 900})
+    q.post([{"body": "short", "ttl": 60}, {"body": "long", "ttl": 1200}])
+    waiting = {m.body: m.id for m in q.messages(echo=True, include_delayed=True)}
+    assert sorted(waiting) == ["long", "short"], "both wait, listed with include_delayed"
+    one = q.message(waiting["short"])
+    assert (one.id, one.body, one.ttl) == (waiting["short"], "short", 60)
+    assert list(q.claim(ttl=60, limit=5)) == [], "neither is claimed before it is due"
+    assert list(q.messages(echo=True)) == [], "nor listed without include_delayed"
+    one.delete()
+    with pytest.raises(zaqar_errors.ResourceNotFound):
+        q.message(waiting["short"])
+    assert [m.body for m in q.messages(echo=True, include_delayed=True)] == ["long"]
+
+
 def test_errors_reach_the_client(zaqar):
     q = zaqar.queue(unique("ze"), force_create=True)
     with pytest.raises(zaqar_errors.MalformedRequest):

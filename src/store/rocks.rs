@@ -166,6 +166,13 @@ impl Store {
         let _ = self.send(OpList::One(op), false);
     }
 
+    /// Queues ops to be applied atomically together, nobody waiting for them.
+    pub fn submit_detached_all(&self, ops: Vec<Op>) {
+        if !ops.is_empty() {
+            let _ = self.send(OpList::Many(ops), false);
+        }
+    }
+
     fn send(&self, ops: OpList, wait: bool) -> Completion {
         if self.inner.disk.refusing() && ops.puts_message() {
             if let Some(refusal) = self.inner.disk.refusal() {

@@ -299,6 +299,12 @@ impl Broker {
         ))
     }
 
+    /// Sends a message that expired before it reached `queue` where that
+    /// queue's expired messages go (counted as expired, to its expiry address).
+    pub(in crate::core) fn divert_expired(&self, queue: &Queue, message: Arc<Message>) {
+        self.inner.divert(queue, message, Diversion::Expired);
+    }
+
     /// The broker-wide memory budget (`global_max_size`).
     pub fn memory(&self) -> &Arc<Budget> {
         &self.inner.memory

@@ -189,15 +189,17 @@ impl Broker {
     fn enqueue(&self, queue: &Arc<Queue>, message: Arc<Message>, delivery_count: u32) -> Receipt {
         if let Some(due) = message.due_at {
             if due > now_ms() {
-                if message.expires_at.is_some_and(|exp| exp <= due) {
-                    // Expires before it is due: never delivered (Zaqar's ttl < delay).
-                    self.inner.divert(queue, message, Diversion::Expired);
-                    return Receipt::ready();
-                }
+                // One whose ttl ends before it is due waits there too, to be
+                // seen (Zaqar gets it by id) until its ttl ends, never delivered.
                 if let Some(scheduler) = self.inner.scheduler.read().clone() {
                     return scheduler
                         .schedule(queue, message, delivery_count, None)
                         .into();
+                }
+                if message.expires_at.is_some_and(|exp| exp <= due) {
+                    // No schedule to keep it in: it would be delivered early.
+                    self.inner.divert(queue, message, Diversion::Expired);
+                    return Receipt::ready();
                 }
             }
         }

@@ -320,7 +320,8 @@ impl Schedule {
 
     /// How many messages (of one queue, or all) fall due in each of `buckets`
     /// slices of `due` (epoch ms, at most [`MAX_TIMELINE_BUCKETS`]). Counts
-    /// keys only: no message is read or decoded.
+    /// keys only: no message is read or decoded, so one whose ttl ends
+    /// before its due time counts when it ends (it is removed then).
     pub async fn timeline(
         &self,
         queue: Option<&str>,
@@ -402,6 +403,8 @@ impl Schedule {
             }
         };
         self.inner.counts.remove(key.queue, 1);
+        let id = entry.message.message_id.as_deref();
+        self.inner.ids.left([(key.queue, id, key)]);
         Ok(summary(&broker, &entry))
     }
 
@@ -448,13 +451,19 @@ impl Schedule {
                 ..w
             },
         );
+        let id = moved.message.message_id.as_deref();
+        self.inner.ids.left([(key.queue, id, key)]);
+        self.inner.ids.entered(key.queue, id, new_key);
         completion.wait().await?;
         Ok(summary(&broker, &moved))
     }
 
     /// Replaces a waiting message's properties and/or body; its consumer
     /// receives it so. The message's original encoding is dropped, so every
-    /// protocol sends it from the edited fields.
+    /// protocol sends it from the edited fields. It keeps its id, and so the
+    /// time it is keyed by: an edited expiry counts from then (one moved
+    /// past that time is put back under its due time or new expiry; one
+    /// moved before its due time is removed as expired at the latest then).
     pub async fn edit(
         &self,
         id: &str,
@@ -482,7 +491,7 @@ impl Schedule {
 }
 
 impl Inner {
-    fn broker(&self) -> Result<Broker, ScheduleEditError> {
+    pub(super) fn broker(&self) -> Result<Broker, ScheduleEditError> {
         self.broker
             .upgrade()
             .ok_or(ScheduleEditError::Store(ScheduleError::Store(

@@ -48,7 +48,8 @@ pub struct ScheduledSummary {
     /// `cancel`, `reschedule` and `edit` (`due:queue:seq`, as `weir schedule` prints).
     pub id: String,
     pub queue: String,
-    /// When it falls due (epoch ms).
+    /// When it falls due (epoch ms). One whose ttl (`headers.expires_ms`)
+    /// ends first never does: it is removed then.
     pub due_ms: u64,
     /// When the broker accepted it (epoch ms).
     pub enqueued_ms: u64,
@@ -257,7 +258,8 @@ impl ScheduledSummary {
         ScheduledSummary {
             id: stored::format_key(&entry.key),
             queue,
-            due_ms: entry.key.due_ms,
+            // The key's time is the expiry of one whose ttl ends first.
+            due_ms: message.due_at.unwrap_or(entry.key.due_ms),
             enqueued_ms: message.timestamp,
             size: message.body.len(),
             durable: entry.durable,

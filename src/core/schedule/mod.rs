@@ -17,10 +17,18 @@
 //! durable flag are deleted when met). A due entry moves into its queue in one
 //! atomic write with the deletion of its record, so a crash neither loses nor
 //! duplicates it.
+//!
+//! A key's time is when the timer acts on its entry: the due time, or the
+//! expiry when the message's ttl ends first (Zaqar's ttl < delay). Such a
+//! message waits, seen by listings and lookups by id like any other, until
+//! its ttl ends; then it leaves as an expired message does (counted, to the
+//! queue's expiry address), never delivered. Listings show the due time
+//! from the message; ranges and the timeline go by the key's time.
 
 mod by_id;
 mod counts;
 mod edit;
+mod ids;
 mod lateness;
 mod listing;
 mod parked;
@@ -186,6 +194,8 @@ struct Inner {
     lateness: Lateness,
     /// Messages waiting, per queue id.
     counts: counts::DelayedCounts,
+    /// Waiting messages by message id, for queues looked up by id.
+    ids: ids::ScheduleIds,
 }
 
 /// The broker's delay schedule. Install it with [`Broker::set_scheduler`].
@@ -227,6 +237,7 @@ impl Schedule {
             timer: Mutex::new(None),
             lateness: Lateness::default(),
             counts: counts::DelayedCounts::of_store(broker.store())?,
+            ids: ids::ScheduleIds::default(),
         });
         // Nothing else writes the scheduled family yet: no barrier needed.
         let page = inner.store.scan_scheduled(FIRST_KEY, capacity)?;
@@ -290,7 +301,7 @@ impl DelayedDelivery for Schedule {
         };
         let durable = message.durable || queue.settings().durable;
         let key = ScheduleKey {
-            due_ms,
+            due_ms: stored::wake_at(&message, due_ms),
             queue: queue.id(),
             seq: self.inner.next_seq.fetch_add(1, Ordering::Relaxed),
         };
@@ -311,6 +322,9 @@ impl DelayedDelivery for Schedule {
         // each would otherwise pin the whole read buffer it arrived in.
         let message = Arc::new(message.detached());
         self.inner.counts.add(key.queue);
+        // Entered after the window has it (see `ScheduleIds::entered`), so
+        // the id is taken now, whether or not an index wants it then.
+        let id = message.message_id.clone();
         self.inner.insert(
             key,
             Waiting {
@@ -321,6 +335,7 @@ impl DelayedDelivery for Schedule {
                 on_disk: durable,
             },
         );
+        self.inner.ids.entered(key.queue, id.as_deref(), key);
         completion
     }
 }
@@ -571,14 +586,29 @@ impl Inner {
     }
 
     /// Moves due messages into their queues, each queue's in the order given,
-    /// with one [`Queue::publish_moving_all`] per queue.
+    /// with one [`Queue::publish_moving_all`] per queue; expired ones go
+    /// where their queue's expired messages go instead.
     fn deliver(&self, broker: &Broker, entries: Vec<(ScheduleKey, Waiting)>) {
         let mut at: FastMap<u32, usize> = FastMap::default();
         let mut by_queue: Vec<(u32, Vec<Move>)> = Vec::new();
+        // Only while some queue keeps an index by id.
+        let mut left = Vec::new();
         let now = now_ms();
         for (key, w) in entries {
+            if w.message.is_expired_at(now) {
+                self.expire(broker, key, w);
+                continue;
+            }
+            if w.message.due_at.is_some_and(|due| due > now) {
+                // Keyed by an expiry that an edit moved past this time.
+                self.rekey(key, w);
+                continue;
+            }
             self.lateness.observe(now.saturating_sub(key.due_ms));
             self.counts.remove(key.queue, 1);
+            if self.ids.kept() {
+                left.push((key.queue, w.message.message_id.clone(), key));
+            }
             // Its schedule record goes in the write that stores it in the queue.
             let delete = w.on_disk.then_some(Op::DeleteScheduled { key });
             let i = *at.entry(w.queue).or_insert_with(|| {
@@ -595,9 +625,56 @@ impl Inner {
                     for op in moves.into_iter().filter_map(|(_, _, delete)| delete) {
                         self.store.submit_detached(op);
                     }
+                    self.ids.forget(queue);
                 }
             }
         }
+        // After their records' deletion was submitted (see `ScheduleIds::left`).
+        self.ids.left(
+            left.iter()
+                .map(|(queue, id, key)| (*queue, id.as_deref(), *key)),
+        );
+    }
+}
+
+impl Inner {
+    /// Removes an entry whose ttl ended while it waited: never delivered,
+    /// diverted as an expired message is. The copy to an expiry address is
+    /// submitted before the record's deletion, so a crash between the two
+    /// expires it again rather than losing it.
+    fn expire(&self, broker: &Broker, key: ScheduleKey, w: Waiting) {
+        self.counts.remove(key.queue, 1);
+        let id = w.message.message_id.clone();
+        if let Some(queue) = broker.queue_by_id(w.queue) {
+            broker.divert_expired(&queue, w.message);
+        }
+        if w.on_disk {
+            self.store.submit_detached(Op::DeleteScheduled { key });
+        }
+        self.ids.left([(key.queue, id.as_deref(), key)]);
+    }
+
+    /// Puts an entry back under the time it is next acted on (its due time
+    /// or its expiry, as edited since it was keyed).
+    fn rekey(&self, key: ScheduleKey, w: Waiting) {
+        let due = w.message.due_at.unwrap_or(key.due_ms);
+        let new_key = ScheduleKey {
+            due_ms: stored::wake_at(&w.message, due),
+            ..key
+        };
+        if w.on_disk {
+            self.store.submit_detached_all(vec![
+                Op::DeleteScheduled { key },
+                Op::PutScheduled {
+                    key: new_key,
+                    record: persist::encode(&w.message, w.delivery_count),
+                },
+            ]);
+        }
+        let id = w.message.message_id.clone();
+        self.insert(new_key, w);
+        self.ids.left([(key.queue, id.as_deref(), key)]);
+        self.ids.entered(key.queue, id.as_deref(), new_key);
     }
 }
 

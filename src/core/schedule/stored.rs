@@ -158,13 +158,20 @@ pub async fn edit(
     Ok(ScheduledMessage { message, ..entry })
 }
 
+/// When the schedule acts on a message due at `due_ms`: then, or when its
+/// ttl ends if that is sooner (it is removed as expired, never delivered).
+/// The key's time is this, so the timer wakes for whichever comes first.
+pub fn wake_at(message: &Message, due_ms: u64) -> u64 {
+    message.expires_at.map_or(due_ms, |exp| exp.min(due_ms))
+}
+
 /// The same entry due at another time.
 pub(super) fn moved(entry: ScheduledMessage, new_due_ms: u64) -> ScheduledMessage {
     let mut message = Arc::unwrap_or_clone(entry.message);
     message.due_at = Some(new_due_ms);
     ScheduledMessage {
         key: ScheduleKey {
-            due_ms: new_due_ms,
+            due_ms: wake_at(&message, new_due_ms),
             ..entry.key
         },
         message: Arc::new(message),

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 
 mod by_id;
 mod edit;
+mod expiry;
 
 fn open(dir: &std::path::Path, window: usize) -> (Broker, Arc<Schedule>) {
     open_with(
