@@ -10,7 +10,7 @@ use super::error::{Result, ZaqarError};
 use super::limits;
 use super::metadata::QueueRules;
 use super::queues::{number, parse_json};
-use super::render::message_json;
+use super::render::{message_json, write_message_json};
 use crate::core::claims::{ClaimTerms, ClaimView, ClaimedMessage};
 use crate::core::message::{now_ms, Message};
 use crate::core::security::Permission;
@@ -66,6 +66,29 @@ fn terms_of(body: &[u8]) -> Result<(u64, u64)> {
         limits::MAX_CLAIM_GRACE,
     )?;
     Ok((ttl, grace))
+}
+
+/// `{"messages": [...]}` of a claim, as JSON text.
+fn messages_document(queue: &str, claim: &ClaimView) -> Vec<u8> {
+    let base = format!("/v2/queues/{queue}");
+    // Most of it is the bodies.
+    let bodies: usize = claim.messages.iter().map(|m| m.message.body.len()).sum();
+    let mut out = Vec::with_capacity(bodies + 256 * claim.messages.len() + 16);
+    out.extend_from_slice(b"{\"messages\":[");
+    for (i, m) in claim.messages.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_message_json(
+            &mut out,
+            &base,
+            &m.message,
+            m.seq,
+            Some((&claim.id, m.delivery_count)),
+        );
+    }
+    out.extend_from_slice(b"]}");
+    out
 }
 
 fn messages_json(queue: &str, claim: &ClaimView) -> Vec<Value> {
@@ -133,8 +156,11 @@ pub async fn create(
     let location = format!("/v2/queues/{queue}/claims/{}", claim.id);
     Ok((
         StatusCode::CREATED,
-        [(header::LOCATION, location)],
-        Json(json!({"messages": messages_json(&queue, &claim)})),
+        [
+            (header::LOCATION, location),
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+        ],
+        messages_document(&queue, &claim),
     )
         .into_response())
 }

@@ -55,8 +55,8 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
     }
     let now = now_ms();
     let mut messages = Vec::with_capacity(posted.len());
-    let mut ids = Vec::with_capacity(posted.len());
-    for item in posted {
+    let ids = render::new_message_ids(posted.len());
+    for (item, id) in posted.iter().zip(&ids) {
         let Value::Object(item) = item else {
             return Err(ZaqarError::BadRequest(
                 "Each message must be a JSON object.".into(),
@@ -82,7 +82,6 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
         let encoded = serde_json::to_vec(body)
             .map_err(|e| ZaqarError::BadRequest(format!("Message body is not JSON: {e}")))?;
         let mut message = Message::new(Arc::from(weir.as_str()), Bytes::from(encoded), now);
-        let id = render::new_message_id();
         message.message_id = Some(Arc::from(id.as_str()));
         message.content_type = Some(Arc::from("application/json"));
         message.durable = true;
@@ -95,7 +94,6 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
             CoreValue::String(Arc::from(ctx.client_id.as_str())),
         ));
         messages.push(Arc::new(message));
-        ids.push(id);
     }
     let q = match ctx.broker.queue(&weir) {
         Some(q) => q,

@@ -11,6 +11,7 @@
 //!
 //! Subscriptions, pools, flavors, topics and signed URLs answer 501.
 
+mod canonical;
 mod claims;
 mod context;
 mod error;
