@@ -612,6 +612,15 @@ mod tests {
         }
     }
 
+    /// A claim of up to `limit` messages for `ttl_ms`, which must find some.
+    fn claimed(broker: &Broker, queue: &Arc<Queue>, ttl_ms: u64, limit: u32) -> ClaimView {
+        broker
+            .claim(queue, terms(ttl_ms, limit), None)
+            .expect("claim")
+            .expect("something to claim")
+            .0
+    }
+
     #[test]
     fn claim_ids_are_32_lowercase_hex_digits() {
         let id = new_id();
@@ -637,11 +646,7 @@ mod tests {
             put(&broker, "q", &i.to_string());
         }
         let queue = broker.queue("q").unwrap();
-        let claim = broker
-            .claim(&queue, terms(60_000, 3), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let claim = claimed(&broker, &queue, 60_000, 3);
         assert_eq!(bodies(&claim), ["0", "1", "2"]);
         let (tx, mut rx) = deliveries::channel();
         let _sub = broker
@@ -663,18 +668,10 @@ mod tests {
         put(&broker, "q", "a");
         put(&broker, "q", "b");
         let queue = broker.queue("q").unwrap();
-        let first = broker
-            .claim(&queue, terms(60_000, 1), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let first = claimed(&broker, &queue, 60_000, 1);
         assert!(broker.release_claim("q", &first.id).is_some());
         assert!(broker.claim_view("q", &first.id).is_none());
-        let second = broker
-            .claim(&queue, terms(100, 1), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let second = claimed(&broker, &queue, 100, 1);
         assert_eq!(
             bodies(&second),
             ["a"],
@@ -683,11 +680,7 @@ mod tests {
         assert_eq!(second.messages[0].delivery_count, 2);
         tokio::time::sleep(Duration::from_millis(400)).await;
         assert!(broker.claim_view("q", &second.id).is_none(), "expired");
-        let third = broker
-            .claim(&queue, terms(60_000, 5), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let third = claimed(&broker, &queue, 60_000, 5);
         assert_eq!(bodies(&third), ["a", "b"], "expired: redelivered");
     }
 
@@ -697,11 +690,7 @@ mod tests {
         let broker = open(dir.path(), QueueSettings::default());
         put(&broker, "q", "a");
         let queue = broker.queue("q").unwrap();
-        let claim = broker
-            .claim(&queue, terms(200, 1), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let claim = claimed(&broker, &queue, 200, 1);
         broker
             .renew_claim("q", &claim.id, Duration::from_secs(60), Duration::ZERO)
             .unwrap();
@@ -725,11 +714,7 @@ mod tests {
             put(&broker, "q", "gone");
             put(&broker, "q", "kept");
             let queue = broker.queue("q").unwrap();
-            let claim = broker
-                .claim(&queue, terms(60_000, 2), None)
-                .unwrap()
-                .unwrap()
-                .0;
+            let claim = claimed(&broker, &queue, 60_000, 2);
             let seq = claim.messages[0].seq;
             broker
                 .ack_claimed("q", &claim.id, seq)
@@ -745,11 +730,7 @@ mod tests {
                 })
             );
             assert!(broker.release_claim("q", &claim.id).is_some());
-            let rest = broker
-                .claim(&queue, terms(60_000, 5), None)
-                .unwrap()
-                .unwrap()
-                .0;
+            let rest = claimed(&broker, &queue, 60_000, 5);
             assert_eq!(bodies(&rest), ["kept"]);
             broker
                 .release_claim("q", &rest.id)
@@ -760,11 +741,7 @@ mod tests {
         }
         let broker = open(dir.path(), QueueSettings::default());
         let queue = broker.queue("q").unwrap();
-        let after = broker
-            .claim(&queue, terms(60_000, 5), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let after = claimed(&broker, &queue, 60_000, 5);
         assert_eq!(
             bodies(&after),
             ["kept"],
@@ -784,11 +761,7 @@ mod tests {
         put(&broker, "q", "poison");
         let queue = broker.queue("q").unwrap();
         for _ in 0..2 {
-            let c = broker
-                .claim(&queue, terms(60_000, 1), None)
-                .unwrap()
-                .unwrap()
-                .0;
+            let c = claimed(&broker, &queue, 60_000, 1);
             assert!(broker.release_claim("q", &c.id).is_some());
         }
         assert!(broker
@@ -839,11 +812,7 @@ mod tests {
             .await
             .unwrap();
         assert!(queue.remove_waiting(seen[0].seq).is_err());
-        let rest = broker
-            .claim(&queue, terms(60_000, 5), None)
-            .unwrap()
-            .unwrap()
-            .0;
+        let rest = claimed(&broker, &queue, 60_000, 5);
         assert_eq!(bodies(&rest), ["b"]);
         let listed = queue.peek(0, 10, true);
         assert_eq!(listed.len(), 1);
