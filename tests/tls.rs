@@ -1239,9 +1239,19 @@ fn weir_perf_logins_report_the_mechanism_the_logins_used() {
             pki.tls_section(client_auth)
         ));
         let amqps = format!("amqps://{}", broker.amqps);
-        let args = perf_by_certificate(&amqps, ca, (cert, key), "logins", &["--logins", "3"]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let (code, json, stderr) = common::weir_perf(&args);
+        // Not perf_by_certificate: --logins measures logins and takes no --messages.
+        let (code, json, stderr) = common::weir_perf(&[
+            "--url",
+            &amqps,
+            "--tls-ca",
+            ca,
+            "--tls-cert",
+            cert,
+            "--tls-key",
+            key,
+            "--logins",
+            "3",
+        ]);
         assert_eq!(code, Some(0), "{client_auth}: {json} {stderr}");
         assert!(
             json.contains(&format!("\"mechanism\":\"{used}\"")),
