@@ -166,7 +166,7 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        let broker = match server::open_broker(&config) {
+        let broker = match server::open_broker_showing(&config, early.recovery()) {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("{e}");

@@ -52,6 +52,48 @@ fn health_answers_without_a_login() {
     }
 }
 
+/// `/health/ready` tells a recovering broker from a hung one: its body carries how far
+/// recovery came, and after a restart it counts exactly the messages the store held.
+#[test]
+fn readiness_reports_how_far_recovery_came() {
+    let (_dir, broker, api) = start(Some(&config()));
+    let body = api.get("/health/ready", None).json::<Value>().unwrap();
+    assert_eq!(body["status"], "ready", "{body}");
+    assert_eq!(body["recovery"]["done"], true, "{body}");
+    assert_eq!(body["recovery"]["messages_read"], 0, "{body}");
+    let mut producer = login(&broker, "dev");
+    for i in 0..300 {
+        let receipt = (i == 299).then_some("last");
+        let mut headers = vec![("persistent", "true")];
+        headers.extend(receipt.map(|r| ("receipt", r)));
+        producer.send("/queue/kept", &format!("m{i}"), &headers);
+    }
+    assert_eq!(producer.recv().expect("RECEIPT").command, "RECEIPT");
+    drop(producer);
+    let broker = broker.restart_after_kill();
+    let api = Api::new(broker.http.expect("HTTP listener"), "admin");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let r = api.get("/health/ready", None);
+        let code = r.status();
+        let body = r.json::<Value>().unwrap();
+        if code == StatusCode::OK {
+            break body;
+        }
+        // Before it is ready it says why: still recovering, or starting its listeners.
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let status = body["status"].as_str().unwrap_or_default();
+        assert!(["recovering", "not_ready"].contains(&status), "{body}");
+        assert!(Instant::now() < deadline, "never ready: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let recovery = &body["recovery"];
+    assert_eq!(recovery["done"], true, "{body}");
+    assert_eq!(recovery["messages_read"], 300, "{body}");
+    assert!(recovery["queues"].as_u64() >= Some(1), "{body}");
+    assert_eq!(recovery["eta_seconds"], Value::Null, "{body}");
+}
+
 #[test]
 fn logins_are_required_and_checked() {
     let (_dir, _broker, api) = start(Some(&config()));

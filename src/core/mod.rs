@@ -36,6 +36,7 @@ pub use consumer::{ConsumerOptions, CreditMode, Delivery, Release};
 pub use error::CoreError;
 pub use message::{Message, Value};
 pub use receipt::Receipt;
+pub use recovery_progress::{RecoverySnapshot, RecoveryStatus};
 pub use transaction::{Settlement, Target, TransactionError, TransactionLimits, Transactions};
 
 #[cfg(test)]

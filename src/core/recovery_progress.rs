@@ -1,13 +1,99 @@
 //! Progress of reading a large store at start: every few seconds an INFO line with the
 //! messages read so far, the rate, and an estimate of what is left, so an operator
-//! watching a long recovery knows it is moving and when it will end.
+//! watching a long recovery knows it is moving and when it will end. The same figures
+//! are shared as a [`RecoveryStatus`] for whoever answers before recovery is done (the
+//! management listener's `/health/ready`).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// How often a line is logged.
 const EVERY: Duration = Duration::from_secs(2);
 /// Messages between looks at the clock.
 const CHECK_EVERY: u64 = 4096;
+
+/// How far the broker's recovery has come, readable from any thread while it runs.
+/// The reading loop publishes its count every [`CHECK_EVERY`] messages, so a reader
+/// sees at most that many fewer than were read, and the exact count once it is done.
+#[derive(Debug, Default)]
+pub struct RecoveryStatus {
+    started: OnceLock<Instant>,
+    queues: AtomicU64,
+    /// `u64::MAX` while the store gave no estimate.
+    estimate: AtomicU64,
+    messages: AtomicU64,
+    /// Milliseconds the reading took, once it is done.
+    took_ms: AtomicU64,
+    done: AtomicBool,
+}
+
+/// A [`RecoveryStatus`] at one moment.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct RecoverySnapshot {
+    /// Whether the messages have all been read (the broker may still be starting).
+    pub done: bool,
+    pub queues: u64,
+    pub messages_read: u64,
+    /// RocksDB's estimate of the stored messages, when it has one.
+    pub estimated_messages: Option<u64>,
+    pub per_second: u64,
+    /// Seconds left at the rate so far, while an estimate says some are left.
+    pub eta_seconds: Option<u64>,
+    pub seconds: f64,
+}
+
+impl RecoveryStatus {
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    fn begin(&self, queues: usize, estimate: Option<u64>) {
+        let _ = self.started.set(Instant::now());
+        self.queues.store(queues as u64, Ordering::Relaxed);
+        self.estimate
+            .store(estimate.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    fn finish(&self, messages: u64, took: Duration) {
+        self.messages.store(messages, Ordering::Relaxed);
+        self.took_ms
+            .store(took.as_millis() as u64, Ordering::Relaxed);
+        self.done.store(true, Ordering::Release);
+    }
+
+    /// The figures now; all zero before recovery has begun.
+    pub fn snapshot(&self) -> RecoverySnapshot {
+        let done = self.done.load(Ordering::Acquire);
+        let messages = self.messages.load(Ordering::Relaxed);
+        let seconds = match (done, self.started.get()) {
+            (true, _) => self.took_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+            (false, Some(started)) => started.elapsed().as_secs_f64(),
+            (false, None) => 0.0,
+        };
+        let estimate = match self.estimate.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            e => Some(e),
+        };
+        let rate = messages as f64 / seconds.max(0.001);
+        let left = estimate.map(|e| e.saturating_sub(messages));
+        RecoverySnapshot {
+            done,
+            queues: self.queues.load(Ordering::Relaxed),
+            messages_read: messages,
+            estimated_messages: estimate,
+            per_second: rate as u64,
+            eta_seconds: left
+                .filter(|&left| !done && left > 0)
+                .map(|left| eta(left, rate)),
+            seconds,
+        }
+    }
+}
+
+fn eta(left: u64, rate: f64) -> u64 {
+    (left as f64 / rate.max(1.0)).ceil() as u64
+}
 
 pub(super) struct RecoveryProgress {
     queues: usize,
@@ -16,27 +102,38 @@ pub(super) struct RecoveryProgress {
     started: Instant,
     last_log: Instant,
     messages: u64,
+    shared: Arc<RecoveryStatus>,
 }
 
 impl RecoveryProgress {
-    pub fn new(queues: usize, estimate: Option<u64>) -> Self {
+    pub fn new(queues: usize, estimate: Option<u64>, shared: Arc<RecoveryStatus>) -> Self {
         let now = Instant::now();
+        shared.begin(queues, estimate);
         RecoveryProgress {
             queues,
             estimate,
             started: now,
             last_log: now,
             messages: 0,
+            shared,
         }
     }
 
     #[inline]
     pub fn message_read(&mut self) {
         self.messages += 1;
-        if self.messages.is_multiple_of(CHECK_EVERY) && self.last_log.elapsed() >= EVERY {
-            self.last_log = Instant::now();
-            self.log();
+        if self.messages.is_multiple_of(CHECK_EVERY) {
+            self.shared.messages.store(self.messages, Ordering::Relaxed);
+            if self.last_log.elapsed() >= EVERY {
+                self.last_log = Instant::now();
+                self.log();
+            }
         }
+    }
+
+    /// Every message has been read: the shared status says so, with the exact count.
+    pub fn finish(&self) {
+        self.shared.finish(self.messages, self.started.elapsed());
     }
 
     fn log(&self) {
@@ -49,7 +146,7 @@ impl RecoveryProgress {
                 messages = self.messages,
                 per_second = rate as u64,
                 estimated_left = left,
-                eta_seconds = (left as f64 / rate.max(1.0)).ceil() as u64,
+                eta_seconds = eta(left, rate),
                 "recovering"
             ),
             _ => tracing::info!(
@@ -67,5 +164,45 @@ impl RecoveryProgress {
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_status_follows_the_reading_and_is_exact_when_done() {
+        let status = RecoveryStatus::new();
+        assert_eq!(status.snapshot().messages_read, 0);
+        assert!(!status.snapshot().done);
+        let mut progress = RecoveryProgress::new(3, Some(3 * CHECK_EVERY), status.clone());
+        for _ in 0..CHECK_EVERY + 10 {
+            progress.message_read();
+        }
+        let during = status.snapshot();
+        assert!(!during.done);
+        assert_eq!(during.queues, 3);
+        // Published every CHECK_EVERY messages, so the last 10 are not shown yet.
+        assert_eq!(during.messages_read, CHECK_EVERY);
+        assert_eq!(during.estimated_messages, Some(3 * CHECK_EVERY));
+        assert!(during.eta_seconds.is_some(), "{during:?}");
+        progress.finish();
+        let done = status.snapshot();
+        assert!(done.done);
+        assert_eq!(done.messages_read, CHECK_EVERY + 10);
+        assert_eq!(done.eta_seconds, None);
+    }
+
+    #[test]
+    fn without_an_estimate_there_is_no_eta() {
+        let status = RecoveryStatus::new();
+        let mut progress = RecoveryProgress::new(1, None, status.clone());
+        for _ in 0..CHECK_EVERY {
+            progress.message_read();
+        }
+        let s = status.snapshot();
+        assert_eq!((s.estimated_messages, s.eta_seconds), (None, None));
+        assert_eq!(s.messages_read, CHECK_EVERY);
     }
 }

@@ -1,5 +1,5 @@
 //! Health checks for orchestrators and load balancers; no login, nothing about the
-//! broker beyond up or not.
+//! broker beyond up or not, and how far its recovery has come.
 
 use super::state::Management;
 use axum::extract::State;
@@ -13,15 +13,17 @@ pub async fn live() -> Json<serde_json::Value> {
 }
 
 /// 200 once recovery is done and every listener is up; 503 before (and while stopping).
+/// Either way the body carries recovery's figures: while it runs, the messages read so
+/// far, the rate and the estimated time left, so a slow start can be told from a hung one.
 pub async fn ready(State(m): State<Arc<Management>>) -> (StatusCode, Json<serde_json::Value>) {
-    match m.is_ready() {
-        true => (
-            StatusCode::OK,
-            Json(serde_json::json!({ "status": "ready" })),
-        ),
-        false => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "status": "not_ready" })),
-        ),
-    }
+    let recovery = m.recovery().snapshot();
+    let (code, status) = match (m.is_ready(), recovery.done) {
+        (true, _) => (StatusCode::OK, "ready"),
+        (false, false) => (StatusCode::SERVICE_UNAVAILABLE, "recovering"),
+        (false, true) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready"),
+    };
+    (
+        code,
+        Json(serde_json::json!({ "status": status, "recovery": recovery })),
+    )
 }

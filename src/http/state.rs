@@ -1,9 +1,9 @@
 //! What the API answers from: the broker once it is recovered, and what the server
 //! knows about itself (start time, listeners, readiness).
 
-use crate::core::Broker;
+use crate::core::{Broker, RecoveryStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 /// One protocol listener, as `/api/broker` shows it.
@@ -22,20 +22,32 @@ pub struct Management {
     broker: OnceLock<Broker>,
     listeners: OnceLock<Vec<ListenerInfo>>,
     ready: AtomicBool,
+    recovery: Arc<RecoveryStatus>,
 }
 
 impl Default for Management {
     fn default() -> Self {
+        Management::new(RecoveryStatus::new())
+    }
+}
+
+impl Management {
+    /// Before recovery, which shows its progress in `recovery`.
+    pub fn new(recovery: Arc<RecoveryStatus>) -> Self {
         Management {
             started: Instant::now(),
             broker: OnceLock::new(),
             listeners: OnceLock::new(),
             ready: AtomicBool::new(false),
+            recovery,
         }
     }
-}
 
-impl Management {
+    /// How far the broker's recovery has come (done once the API answers).
+    pub fn recovery(&self) -> &RecoveryStatus {
+        &self.recovery
+    }
+
     /// Recovery is done and every listener is up: the API answers, and
     /// `/health/ready` says so.
     pub fn set_ready(&self, broker: Broker, listeners: Vec<ListenerInfo>) {

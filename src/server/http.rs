@@ -9,6 +9,7 @@ use super::tls::TlsContext;
 use super::websocket::{self, Endpoint};
 use super::ServerError;
 use crate::config::Http;
+use crate::core::RecoveryStatus;
 use crate::http::{ConnInfo, Management};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -33,12 +34,16 @@ pub struct HttpListener {
 
 impl HttpListener {
     /// Binds and starts serving; the API answers 503 until [`Management::set_ready`].
-    pub async fn start(config: Http, tls: Option<Arc<TlsContext>>) -> Result<Self, ServerError> {
+    pub async fn start(
+        config: Http,
+        tls: Option<Arc<TlsContext>>,
+        recovery: Arc<RecoveryStatus>,
+    ) -> Result<Self, ServerError> {
         let tls = match config.tls {
             true => Some(tls.ok_or(ServerError::HttpTlsWithoutIdentity)?),
             false => None,
         };
-        let management = Arc::new(Management::default());
+        let management = Arc::new(Management::new(recovery));
         let websocket = Arc::new(Endpoint::default());
         let router = crate::http::router(management.clone())
             .merge(websocket::management_route(websocket.clone()));

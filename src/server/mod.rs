@@ -11,7 +11,7 @@ use crate::config::{self, Config, Listener};
 use crate::core::factory::ConnectionFactory;
 use crate::core::schedule::{Schedule, ScheduleError, ScheduleOptions};
 use crate::core::security::{Authenticator, Authorizer, CredentialError, Secret};
-use crate::core::{Broker, BrokerOptions, CoreError, TransactionLimits};
+use crate::core::{Broker, BrokerOptions, CoreError, RecoveryStatus, TransactionLimits};
 use crate::http::ListenerInfo;
 use crate::protocol::admission::{Admission, AdmissionLimits};
 use crate::protocol::amqp::{AmqpOptions, ContainerRegistry};
@@ -86,12 +86,21 @@ pub struct Server {
 pub struct Early {
     tls: Option<Arc<TlsContext>>,
     http: Option<HttpListener>,
+    recovery: Arc<RecoveryStatus>,
 }
 
 impl Early {
     /// Checks the anonymous exposure of every listener, loads `[tls]` and starts the
     /// HTTP listener (answering 503 until the server is started).
     pub async fn start(config: &Config) -> Result<Early, ServerError> {
+        Self::start_showing(config, RecoveryStatus::new()).await
+    }
+
+    /// As [`Early::start`], showing `recovery` (that of a broker already recovered).
+    async fn start_showing(
+        config: &Config,
+        recovery: Arc<RecoveryStatus>,
+    ) -> Result<Early, ServerError> {
         check_anonymous_exposure(config)?;
         let tls = config
             .tls()
@@ -103,10 +112,21 @@ impl Early {
             tokio::spawn(tls::watch(Arc::downgrade(context)));
         }
         let http = match config.http() {
-            Some(settings) => Some(HttpListener::start(*settings, tls.clone()).await?),
+            Some(settings) => {
+                Some(HttpListener::start(*settings, tls.clone(), recovery.clone()).await?)
+            }
             None => None,
         };
-        Ok(Early { tls, http })
+        Ok(Early {
+            tls,
+            http,
+            recovery,
+        })
+    }
+
+    /// Where [`open_broker`] shows how far recovery has come, for `/health/ready`.
+    pub fn recovery(&self) -> Arc<RecoveryStatus> {
+        self.recovery.clone()
     }
 }
 
@@ -132,6 +152,15 @@ pub fn store_options(config: &Config) -> StoreOptions {
 /// Opens the store and recovers the broker from it, with its delay schedule
 /// (whose timer runs on the current Tokio runtime).
 pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
+    open_broker_showing(config, RecoveryStatus::new())
+}
+
+/// As [`open_broker`], showing in `recovery` how far it has come meanwhile (for the
+/// HTTP listener that [`Early::start`] started before it).
+pub fn open_broker_showing(
+    config: &Config,
+    recovery: Arc<RecoveryStatus>,
+) -> Result<Broker, ServerError> {
     let dir = config.data_dir();
     std::fs::create_dir_all(dir).map_err(|source| ServerError::DataDir {
         path: dir.display().to_string(),
@@ -160,6 +189,7 @@ pub fn open_broker(config: &Config) -> Result<Broker, ServerError> {
                     group_id: f.group_id.as_deref().map(Arc::from),
                 })
                 .collect(),
+            recovery,
         },
     )?;
     broker.set_schedule(Schedule::open(&broker, ScheduleOptions::default())?);
@@ -298,7 +328,7 @@ fn transaction_limits(limits: &config::Limits) -> TransactionLimits {
 impl Server {
     /// Binds every listener and starts accepting.
     pub async fn start(config: &Config, broker: Broker) -> Result<Server, ServerError> {
-        let early = Early::start(config).await?;
+        let early = Early::start_showing(config, broker.recovery_status()).await?;
         Self::start_after(config, broker, early).await
     }
 
@@ -309,7 +339,7 @@ impl Server {
         broker: Broker,
         early: Early,
     ) -> Result<Server, ServerError> {
-        let Early { tls, http } = early;
+        let Early { tls, http, .. } = early;
         let (shutdown, _) = broadcast::channel(1);
         let limits = config.limits();
         let permits = Arc::new(Semaphore::new(limits.max_connections + REFUSAL_ROOM));

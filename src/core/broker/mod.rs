@@ -18,6 +18,7 @@ use super::memory::{AddressFullPolicy, Budget};
 use super::message::{Message, Value};
 use super::queue::{Diversion, Diverter, Queue};
 use super::queue_record::QueueRecord;
+use super::recovery_progress::RecoveryStatus;
 use super::schedule::Schedule;
 use super::security::{Authenticator, Authorizer, Principal};
 use super::settings::{QueueSettings, SettingsTable};
@@ -47,6 +48,8 @@ pub struct BrokerOptions {
     /// Bytes all queues' messages may hold in memory (Artemis's
     /// `global-max-size`); `None` counts without limiting.
     pub global_max_size: Option<u64>,
+    /// Where recovery shows how far it has come, for whoever answers before it ends.
+    pub recovery: Arc<RecoveryStatus>,
 }
 
 impl BrokerOptions {
@@ -60,6 +63,7 @@ impl BrokerOptions {
             declared: Vec::new(),
             factories: Vec::new(),
             global_max_size: None,
+            recovery: RecoveryStatus::new(),
         }
     }
 }
@@ -110,6 +114,8 @@ struct Inner {
     connections: Arc<super::connections::Connections>,
     /// Open claims (leases on deliveries, see [`super::claims`]).
     claims: Arc<super::claims::Claims>,
+    /// How far recovery has come (shared with the management listener).
+    recovery: Arc<RecoveryStatus>,
     me: Weak<Inner>,
 }
 
@@ -154,6 +160,7 @@ impl Broker {
             has_block_queues: AtomicBool::new(false),
             connections: Arc::default(),
             claims,
+            recovery: options.recovery,
             me: me.clone(),
         });
         let broker = Broker { inner };
@@ -162,6 +169,11 @@ impl Broker {
             broker.queue_or_create(name, true)?;
         }
         Ok(broker)
+    }
+
+    /// How far recovery came (done once [`Broker::open`] has returned).
+    pub fn recovery_status(&self) -> Arc<RecoveryStatus> {
+        self.inner.recovery.clone()
     }
 
     /// Every property name some queue reads as a delay: a protocol sets

@@ -51,7 +51,11 @@ impl Broker {
         }
         let mut loading: HashMap<u32, Loading> = HashMap::new();
         let mut stale = Vec::new();
-        let mut progress = RecoveryProgress::new(by_id.len(), store.estimate_messages());
+        let mut progress = RecoveryProgress::new(
+            by_id.len(),
+            store.estimate_messages(),
+            self.inner.recovery.clone(),
+        );
         store.for_each_message(|key, record| {
             progress.message_read();
             let Some(queue) = by_id.get(&key.queue) else {
@@ -94,6 +98,7 @@ impl Broker {
         // Claims hold their messages again until they end (after the
         // messages are back in their queues, before anyone consumes).
         self.restore_claims()?;
+        progress.finish();
         tracing::info!(
             queues = by_id.len(),
             messages = total,
