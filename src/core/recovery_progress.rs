@@ -20,8 +20,8 @@ const CHECK_EVERY: u64 = 4096;
 pub struct RecoveryStatus {
     started: OnceLock<Instant>,
     queues: AtomicU64,
-    /// `u64::MAX` while the store gave no estimate.
-    estimate: AtomicU64,
+    /// The store's estimate plus one; 0 while it gave none (or before recovery began).
+    estimate_plus_one: AtomicU64,
     messages: AtomicU64,
     /// Milliseconds the reading took, once it is done.
     took_ms: AtomicU64,
@@ -51,8 +51,8 @@ impl RecoveryStatus {
     fn begin(&self, queues: usize, estimate: Option<u64>) {
         let _ = self.started.set(Instant::now());
         self.queues.store(queues as u64, Ordering::Relaxed);
-        self.estimate
-            .store(estimate.unwrap_or(u64::MAX), Ordering::Relaxed);
+        let encoded = estimate.map_or(0, |e| e.saturating_add(1));
+        self.estimate_plus_one.store(encoded, Ordering::Relaxed);
     }
 
     fn finish(&self, messages: u64, took: Duration) {
@@ -71,10 +71,10 @@ impl RecoveryStatus {
             (false, Some(started)) => started.elapsed().as_secs_f64(),
             (false, None) => 0.0,
         };
-        let estimate = match self.estimate.load(Ordering::Relaxed) {
-            u64::MAX => None,
-            e => Some(e),
-        };
+        let estimate = self
+            .estimate_plus_one
+            .load(Ordering::Relaxed)
+            .checked_sub(1);
         let rate = messages as f64 / seconds.max(0.001);
         let left = estimate.map(|e| e.saturating_sub(messages));
         RecoverySnapshot {
@@ -174,8 +174,12 @@ mod tests {
     #[test]
     fn the_shared_status_follows_the_reading_and_is_exact_when_done() {
         let status = RecoveryStatus::new();
-        assert_eq!(status.snapshot().messages_read, 0);
-        assert!(!status.snapshot().done);
+        let before = status.snapshot();
+        assert_eq!((before.messages_read, before.done), (0, false));
+        assert_eq!(
+            (before.estimated_messages, before.eta_seconds),
+            (None, None)
+        );
         let mut progress = RecoveryProgress::new(3, Some(3 * CHECK_EVERY), status.clone());
         for _ in 0..CHECK_EVERY + 10 {
             progress.message_read();

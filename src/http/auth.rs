@@ -53,6 +53,23 @@ impl Caller {
     }
 }
 
+/// Why the API does not answer yet: still reading the store (with how far it came, as
+/// `/health/ready` shows), or recovered and starting its listeners.
+fn not_yet(state: &Management) -> String {
+    let r = state.recovery().snapshot();
+    match (r.done, r.estimated_messages) {
+        (true, _) => "the broker is starting its listeners".into(),
+        (false, Some(estimate)) => format!(
+            "the broker is still recovering: {} of about {estimate} messages read (see /health/ready)",
+            r.messages_read
+        ),
+        (false, None) => format!(
+            "the broker is still recovering: {} messages read (see /health/ready)",
+            r.messages_read
+        ),
+    }
+}
+
 impl FromRequestParts<Arc<Management>> for Caller {
     type Rejection = ApiError;
 
@@ -63,7 +80,7 @@ impl FromRequestParts<Arc<Management>> for Caller {
         let broker = state
             .broker()
             .cloned()
-            .ok_or_else(|| ApiError::Unavailable("the broker is still recovering".into()))?;
+            .ok_or_else(|| ApiError::Unavailable(not_yet(state)))?;
         let conn = parts.extensions.get::<ConnInfo>().copied();
         let tls = conn.is_some_and(|c| c.tls);
         let peer = conn.map(|c| c.peer);

@@ -54,6 +54,58 @@ async fn ready_only_once_recovered_and_not_while_stopping() {
     );
 }
 
+async fn answer(router: &Router, path: &str) -> (StatusCode, serde_json::Value) {
+    let request = Request::builder().uri(path).body(Body::empty()).unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let code = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (code, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn before_ready_the_answers_say_whether_recovery_is_still_running() {
+    let recovery = crate::core::RecoveryStatus::new();
+    let management = Arc::new(Management::new(recovery.clone()));
+    let router = router(management.clone());
+    let (code, body) = answer(&router, "/health/ready").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["status"], "recovering", "{body}");
+    assert_eq!(body["recovery"]["done"], false, "{body}");
+    let (code, body) = answer(&router, "/api/broker").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        body["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("still recovering: 0 messages read")),
+        "{body}"
+    );
+
+    // Recovered into the shared status, listeners not up yet.
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open(dir.path(), Default::default()).unwrap();
+    let options = BrokerOptions {
+        recovery,
+        ..BrokerOptions::with_queue_settings(QueueSettings::default())
+    };
+    let broker = Broker::open(store, options).unwrap();
+    let (code, body) = answer(&router, "/health/ready").await;
+    assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["status"], "not_ready", "{body}");
+    assert_eq!(body["recovery"]["done"], true, "{body}");
+    let (_, body) = answer(&router, "/api/broker").await;
+    assert_eq!(
+        body["message"], "the broker is starting its listeners",
+        "{body}"
+    );
+
+    management.set_ready(broker, Vec::new());
+    let (code, body) = answer(&router, "/health/ready").await;
+    assert_eq!(code, StatusCode::OK);
+    assert_eq!(body["status"], "ready", "{body}");
+}
+
 #[test]
 fn openapi_describes_exactly_the_routes_served() {
     let doc: serde_json::Value = serde_json::from_str(OPENAPI).expect("openapi.json is JSON");
