@@ -4,13 +4,11 @@
 // Screenshots are kept in protocol-tests/node/artifacts/ (not committed).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import puppeteer from 'puppeteer-core';
+import { launchBrowser, closeBrowser } from './browser.mjs';
 import { Broker, Inbox, connectClient, withReceipt, timeout, unique, repoRoot, USER, PASSWORD } from './harness.mjs';
 
-const CHROMIUM = process.env.CHROMIUM
-  ?? ['/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'].find(existsSync);
 const ARTIFACTS = join(repoRoot, 'protocol-tests', 'node', 'artifacts');
 
 let broker;
@@ -80,23 +78,20 @@ async function screenshot(page, name) {
 }
 
 before(async () => {
-  assert.ok(CHROMIUM, 'chromium is not installed (scripts/install-deps installs it)');
   broker = await new Broker({ http: true }).start();
   origin = `http://127.0.0.1:${broker.httpPort}`;
   await waitReady();
   ({ client: stomp } = await connectClient(broker.port));
-  // Root in CI: Chromium's sandbox needs user namespaces it cannot have there.
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
-  await browser?.close();
-  await stomp?.deactivate();
-  await broker?.stop();
+  try {
+    await closeBrowser(browser);
+    await stomp?.deactivate();
+  } finally {
+    await broker?.stop();
+  }
 });
 
 test('a wrong password is refused by the login form, which stays open', async () => {
@@ -121,7 +116,7 @@ test('the console shows a queue filled over STOMP and purges it by a click', asy
   const depth = `tr[data-queue="${queue}"] td.ready`;
   await page.waitForFunction(s => document.querySelector(s)?.textContent === '5', { timeout: 10000 }, depth);
 
-  await page.click(`tr[data-queue="${queue}"] a`);
+  await page.locator(`tr[data-queue="${queue}"] a`).click();
   await page.waitForFunction(q => document.querySelector('h1')?.textContent.includes(q)
     && document.querySelector('#counts .value')?.textContent === '5', { timeout: 10000 }, queue);
   await screenshot(page, 'console-queue.png');
@@ -195,7 +190,7 @@ test('the schedule shows a delayed message on the timeline; the console edits, r
   await screenshot(page, 'console-schedule.png');
 
   // Edit the body in the message's dialog.
-  await page.click(`${row} [data-edit]`);
+  await page.locator(`${row} [data-edit]`).click();
   await page.waitForSelector('#ask[open] textarea[name=body]');
   await page.$eval('#ask textarea[name=body]', t => { t.value = ''; });
   await page.type('#ask textarea[name=body]', 'edited in the console');
@@ -208,7 +203,7 @@ test('the schedule shows a delayed message on the timeline; the console edits, r
 
   // Reschedule it to five minutes from now: it gets a new id and due time.
   const asked = Date.now();
-  await page.click(`${row} [data-reschedule]`);
+  await page.locator(`${row} [data-reschedule]`).click();
   await page.waitForSelector('#ask[open] input[name=delay]');
   await page.type('#ask input[name=delay]', '300');
   await page.click('#ask-ok');
@@ -223,7 +218,7 @@ test('the schedule shows a delayed message on the timeline; the console edits, r
 
   const id = await page.$eval(`${row} [data-cancel]`, b => b.dataset.cancel);
   assert.equal(id, listed.items[0].id);
-  await page.click(`[data-cancel="${id}"]`);
+  await page.locator(`[data-cancel="${id}"]`).click();
   await page.waitForSelector('#ask[open]');
   await page.click('#ask-ok');
   await page.waitForFunction(() => /No delayed messages/.test(document.getElementById('list').textContent),
@@ -244,7 +239,7 @@ test('the console edits a delayed message\'s headers, shows what the broker refu
   const row = '#list tr[data-id]';
   await page.waitForSelector(row, { timeout: 10000 });
   const id = await page.$eval(row, r => r.dataset.id);
-  await page.click(`${row} [data-edit]`);
+  await page.locator(`${row} [data-edit]`).click();
   await page.waitForSelector('#ask[open] input[name=correlation_id]');
   const shown = name => page.$eval(`#ask [name=${name}]`, i => i.value);
   assert.equal(await shown('priority'), '2');
@@ -318,7 +313,7 @@ test('the console clears a delayed message\'s expiry and reply-to, and shows the
   await page.waitForSelector(row, { timeout: 10000 });
   const id = await page.$eval(row, r => r.dataset.id);
   const open = async () => {
-    await page.click(`${row} [data-edit]`);
+    await page.locator(`${row} [data-edit]`).click();
     await page.waitForSelector('#ask[open] input[name=reply_to]');
   };
   const expiryLabel = () => page.$eval('#ask input[name=ttl]', i => i.closest('label').textContent);
@@ -374,7 +369,7 @@ test('the connections page lists the STOMP client and closes it by a click', asy
   const shown = await page.$$eval('tr[data-connection]', rows => rows.map(r => Number(r.dataset.connection)));
   assert.deepEqual(shown.sort(), listed.map(c => c.id).sort());
   const newest = Math.max(...shown);
-  await page.click(`[data-close="${newest}"]`);
+  await page.locator(`[data-close="${newest}"]`).click();
   await page.waitForSelector('#ask[open]');
   await page.click('#ask-ok');
   await timeout(closed, 10000, 'the closed client sees its socket close');
