@@ -1239,19 +1239,11 @@ fn weir_perf_logins_report_the_mechanism_the_logins_used() {
             pki.tls_section(client_auth)
         ));
         let amqps = format!("amqps://{}", broker.amqps);
-        // Not perf_by_certificate: --logins measures logins and takes no --messages.
-        let (code, json, stderr) = common::weir_perf(&[
-            "--url",
-            &amqps,
-            "--tls-ca",
-            ca,
-            "--tls-cert",
-            cert,
-            "--tls-key",
-            key,
-            "--logins",
-            "3",
-        ]);
+        // Only the certificate flags: --logins measures logins and takes no --messages.
+        let mut args = certificate_flags(&amqps, ca, (cert, key));
+        args.extend(["--logins".to_owned(), "3".to_owned()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, json, stderr) = common::weir_perf(&args);
         assert_eq!(code, Some(0), "{client_auth}: {json} {stderr}");
         assert!(
             json.contains(&format!("\"mechanism\":\"{used}\"")),
@@ -1265,10 +1257,29 @@ fn weir_perf_logins_report_the_mechanism_the_logins_used() {
 fn perf_by_certificate(
     url: &str,
     ca: &str,
-    (cert, key): (&str, &str),
+    certificate: (&str, &str),
     queue: &str,
     more: &[&str],
 ) -> Vec<String> {
+    let mut args = certificate_flags(url, ca, certificate);
+    args.extend(
+        [
+            "--messages",
+            "500",
+            "--receipt-every",
+            "50",
+            "--queue",
+            queue,
+        ]
+        .iter()
+        .chain(more)
+        .map(|s| (*s).to_owned()),
+    );
+    args
+}
+
+/// `weir perf` flags that reach `url` trusting `ca` and presenting `(cert, key)`.
+fn certificate_flags(url: &str, ca: &str, (cert, key): (&str, &str)) -> Vec<String> {
     [
         "--url",
         url,
@@ -1278,17 +1289,9 @@ fn perf_by_certificate(
         cert,
         "--tls-key",
         key,
-        "--messages",
-        "500",
-        "--receipt-every",
-        "50",
-        "--queue",
-        queue,
     ]
-    .iter()
-    .chain(more)
-    .map(|s| (*s).to_owned())
-    .collect()
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// Runs `weir perf` with `args`: it must exit 2 with each of `words` in its stderr.
