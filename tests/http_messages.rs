@@ -393,6 +393,29 @@ fn a_test_message_goes_through_the_publish_path() {
         sent.elapsed()
     );
     assert_eq!(f.body_text(), "AB");
+    consumer.ack(&f);
+
+    // On a queue with a default delay: a message without delay_ms waits it out, and
+    // says so; delay_ms 0 overrides it as a producer's own delay would.
+    let r = api.patch(
+        "/api/queues/tests",
+        Some("admin"),
+        r#"{"default_message_delay": "400ms"}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let sent = Instant::now();
+    let r = api.post(path, Some("admin"), json!({"body": "by default"}));
+    assert_eq!(r.json::<Value>().unwrap()["delayed"], true);
+    let r = api.post(path, Some("admin"), json!({"body": "now", "delay_ms": 0}));
+    assert_eq!(r.json::<Value>().unwrap()["delayed"], false);
+    let f = consumer.recv().expect("the undelayed one");
+    assert_eq!(f.body_text(), "now");
+    assert!(sent.elapsed() < Duration::from_millis(400));
+    consumer.ack(&f);
+    let f = consumer.recv().expect("the one the queue delayed");
+    assert_eq!(f.body_text(), "by default");
+    assert!(sent.elapsed() >= Duration::from_millis(350));
+    consumer.ack(&f);
 
     for bad in [
         json!({"priority": 10}),

@@ -8,7 +8,7 @@ use common::BrokerProcess;
 use reqwest::blocking::Response;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const OTHER_CLIENT: &str = "5f2c6f1e-0b7a-4d0e-9a43-1e2f3a4b5c6d";
 
@@ -573,6 +573,70 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
         z.json("GET", "/v2/queues/audited", None, StatusCode::OK),
         with_defaults(json!({"colour": "blue"}))
     );
+}
+
+/// The default delay is the queue's setting, whoever changes it: the management API's
+/// change shows in Zaqar's metadata and delays Zaqar's posts as much as STOMP's sends.
+#[test]
+fn a_default_delay_changed_by_management_holds_for_zaqar_too() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/shared",
+        Some(json!({"_default_message_delay": 30, "colour": "blue"})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let api = common::http::Api::new(broker.http.expect("HTTP listener"), "admin");
+    let r = api.patch(
+        "/api/queues/shared",
+        None,
+        r#"{"default_message_delay": "1500ms"}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        z.json("GET", "/v2/queues/shared", None, StatusCode::OK),
+        with_defaults(json!({"_default_message_delay": 2, "colour": "blue"})),
+        "whole seconds, rounded up"
+    );
+    let posted = Instant::now();
+    z.post_messages("shared", json!([{"body": "waits"}]));
+    let claim = |z: &Zaqar| {
+        let r = z.send(
+            "POST",
+            "/v2/queues/shared/claims",
+            Some(json!({"ttl": 60, "grace": 60})),
+        );
+        (r.status() == StatusCode::CREATED).then(|| r.json::<Value>().unwrap())
+    };
+    assert!(claim(&z).is_none(), "not due yet");
+    let claimed = loop {
+        if let Some(c) = claim(&z) {
+            break c;
+        }
+        assert!(posted.elapsed() < Duration::from_secs(10), "never due");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let waited = posted.elapsed();
+    assert!(
+        (Duration::from_millis(1400)..Duration::from_secs(5)).contains(&waited),
+        "due after the setting's 1.5 s, not the metadata's old 30 s: {waited:?}"
+    );
+    assert_eq!(claimed["messages"][0]["body"], "waits");
+
+    // Cleared there, the queue is a normal one here: a message's own delay is ignored.
+    let r = api.patch(
+        "/api/queues/shared",
+        None,
+        r#"{"default_message_delay": "0"}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        z.json("GET", "/v2/queues/shared", None, StatusCode::OK),
+        with_defaults(json!({"colour": "blue"}))
+    );
+    z.post_messages("shared", json!([{"body": "at once", "delay": 60}]));
+    assert!(claim(&z).is_some(), "due at once");
 }
 
 #[test]

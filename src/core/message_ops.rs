@@ -176,16 +176,20 @@ impl Broker {
 
     /// Sends `message` to queue `name` as a producer would (its delay resolved,
     /// flow control and limits applied): `manage` and `send` at the queue.
+    /// Also says whether it waits in the schedule (its own delay, or the
+    /// queue's default one).
     pub fn send_test_message_as(
         &self,
         name: &str,
         mut message: Message,
         who: &Principal,
-    ) -> Result<Receipt, CoreError> {
+    ) -> Result<(Receipt, bool), CoreError> {
         let queue = self.manage_queue_as(name, who)?;
         who.check(name, Permission::Send)?;
         message.address = queue.name().clone();
-        self.publish_to(&queue, message)
+        self.resolve_delay(&mut message, &queue.settings())?;
+        let delayed = message.due_at.is_some();
+        Ok((self.publish_resolved(&queue, message)?, delayed))
     }
 }
 

@@ -429,10 +429,9 @@ fn test_message(name: &str, request: TestMessage) -> Result<Message, ApiError> {
     message.group_id = request.group.map(Arc::from);
     message.content_type = request.content_type.map(Arc::from);
     message.durable = request.durable.unwrap_or(true);
-    message.due_at = request
-        .delay_ms
-        .filter(|d| *d > 0)
-        .map(|d| now.saturating_add(d));
+    // A delay of 0 given is "now", overriding the queue's default delay as a
+    // producer's own delay does; none given leaves the default to apply.
+    message.due_at = request.delay_ms.map(|d| now.saturating_add(d));
     message.expires_at = request.ttl_ms.map(|t| now.saturating_add(t));
     Ok(message)
 }
@@ -445,8 +444,7 @@ pub async fn send(
 ) -> Result<(StatusCode, Json<Sent>), ApiError> {
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let message = test_message(&name, request)?;
-    let delayed = message.due_at.is_some();
-    let receipt = caller
+    let (receipt, delayed) = caller
         .broker
         .send_test_message_as(&name, message, &caller.principal)
         .map_err(|e| core_refusal(&caller, e))?;

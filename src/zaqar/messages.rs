@@ -71,13 +71,13 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
         };
         // As the delayed-queues seed says (and released Zaqar does): a
         // message's delay counts only on a queue with a default delay.
-        let delay = match (
-            rules.default_message_delay,
+        let delay_ms = match (
+            rules.default_message_delay_ms,
             item.get("delay").filter(|v| !v.is_null()),
         ) {
             (0, _) => 0,
             (default, None) => default,
-            (_, Some(v)) => in_range(v, "delay", 0, limits::MAX_MESSAGE_DELAY)?,
+            (_, Some(v)) => in_range(v, "delay", 0, limits::MAX_MESSAGE_DELAY)? * 1000,
         };
         let encoded = serde_json::to_vec(body)
             .map_err(|e| ZaqarError::BadRequest(format!("Message body is not JSON: {e}")))?;
@@ -88,7 +88,7 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
         message.expires_at = Some(now + ttl * 1000);
         // Due now when its delay is 0: the queue's own default delay (the same
         // `_default_message_delay`) must not apply to it a second time.
-        message.due_at = Some(now + delay * 1000);
+        message.due_at = Some(now + delay_ms);
         message.properties.push((
             Arc::from(CLIENT_ID_PROPERTY),
             CoreValue::String(Arc::from(ctx.client_id.as_str())),

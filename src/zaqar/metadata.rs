@@ -3,9 +3,11 @@
 //! keys, kept as given.
 //!
 //! Metadata is stored with the Weir queue (its record keeps it across
-//! restarts and forgets it with the queue). `_default_message_delay` is also
-//! the queue's `default_message_delay` setting, so a queue Zaqar made delayed
-//! delays what STOMP and AMQP clients send to it too.
+//! restarts and forgets it with the queue). `_default_message_delay` is the
+//! queue's `default_message_delay` setting: setting it here sets that, so a
+//! queue Zaqar made delayed delays what STOMP and AMQP clients send to it too,
+//! and what this API shows and applies is read back from the setting, so a
+//! change made through the management API or the config holds here as well.
 
 use super::error::ZaqarError;
 use super::limits;
@@ -56,7 +58,7 @@ pub fn shown(mut metadata: Map<String, Value>) -> Map<String, Value> {
         ),
         (
             "_default_message_delay",
-            Value::from(rules.default_message_delay),
+            Value::from(rules.default_message_delay_ms / 1000),
         ),
         ("_enable_encrypt_messages", Value::Bool(false)),
     ];
@@ -83,8 +85,9 @@ fn falsy(value: &Value) -> bool {
 /// What a queue's reserved keys say, with Zaqar's defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueRules {
-    /// Seconds; 0 is a normal queue, where a message's `delay` is ignored.
-    pub default_message_delay: u64,
+    /// Milliseconds (the queue setting's precision, Zaqar's keys give whole
+    /// seconds); 0 is a normal queue, where a message's `delay` is ignored.
+    pub default_message_delay_ms: u64,
     pub default_message_ttl: u64,
     pub max_messages_post_size: usize,
     /// Claims a message may take before it moves to the dead-letter queue.
@@ -98,7 +101,7 @@ pub struct QueueRules {
 impl Default for QueueRules {
     fn default() -> Self {
         QueueRules {
-            default_message_delay: 0,
+            default_message_delay_ms: 0,
             default_message_ttl: limits::DEFAULT_MESSAGE_TTL,
             max_messages_post_size: limits::MAX_MESSAGES_POST_SIZE,
             max_claim_count: None,
@@ -108,19 +111,37 @@ impl Default for QueueRules {
     }
 }
 
-/// A queue's metadata; empty for a queue that has none (or none readable).
+/// A queue's metadata (empty for a queue that has none, or none readable),
+/// its `_default_message_delay` the queue's setting now: in whole seconds,
+/// rounded up so a delayed queue never shows as a normal one.
 pub fn get(queue: &Queue) -> Map<String, Value> {
-    let changes = queue.changes();
-    changes
+    let mut metadata: Map<String, Value> = queue
+        .changes()
         .metadata
         .as_deref()
         .and_then(|text| serde_json::from_str(text).ok())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    let delay_ms = delay_setting_ms(queue);
+    match delay_ms {
+        0 => metadata.remove("_default_message_delay"),
+        ms => metadata.insert(
+            "_default_message_delay".into(),
+            Value::from(ms.div_ceil(1000)),
+        ),
+    };
+    metadata
 }
 
-/// The rules a queue's metadata sets.
+/// The rules a queue's metadata sets, with the default delay its setting holds.
 pub fn rules(queue: &Queue) -> QueueRules {
-    rules_of(&get(queue)).unwrap_or_default()
+    QueueRules {
+        default_message_delay_ms: delay_setting_ms(queue),
+        ..rules_of(&get(queue)).unwrap_or_default()
+    }
+}
+
+fn delay_setting_ms(queue: &Queue) -> u64 {
+    u64::try_from(queue.settings().default_message_delay.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Replaces a queue's metadata, checked first, and gives the queue the default
@@ -132,7 +153,7 @@ pub async fn set(
     metadata: Map<String, Value>,
 ) -> Result<(), ZaqarError> {
     let rules = rules_of(&metadata)?;
-    let delay = Duration::from_secs(rules.default_message_delay);
+    let delay = Duration::from_millis(rules.default_message_delay_ms);
     let (_, settings_written) = broker.change_queue_settings_as(
         queue,
         who,
@@ -188,7 +209,7 @@ pub fn rules_of(metadata: &Map<String, Value>) -> Result<QueueRules, ZaqarError>
         0,
         limits::MAX_MESSAGE_DELAY,
     )? {
-        rules.default_message_delay = d;
+        rules.default_message_delay_ms = d * 1000;
     }
     if let Some(t) = seconds(
         metadata,
@@ -260,7 +281,7 @@ mod tests {
             "colour": "blue",
         })))
         .unwrap();
-        assert_eq!(rules.default_message_delay, 30);
+        assert_eq!(rules.default_message_delay_ms, 30_000);
         assert_eq!(rules.max_claim_count, Some(2));
         assert_eq!(rules.dead_letter_queue.as_deref(), Some("dead"));
         assert!(rules_of(&map(json!({"_unknown": 1}))).is_err());

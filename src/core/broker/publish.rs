@@ -101,13 +101,23 @@ impl Broker {
         queue: &Arc<Queue>,
         mut message: Message,
     ) -> Result<Receipt, CoreError> {
-        self.refuse_on_full_disk(&message)?;
-        if !admit(queue)? {
-            return Ok(Receipt::ready());
-        }
         // In place: a message is a few hundred bytes, moved on every hand-over.
         if message.due_at.is_some() || message.may_carry_delay || queue.has_default_delay() {
             self.resolve_delay(&mut message, &queue.settings())?;
+        }
+        self.publish_resolved(queue, message)
+    }
+
+    /// [`Broker::publish_to`] for a message whose delay was resolved already:
+    /// resolving again would give one made due now the queue's default delay.
+    pub(in crate::core) fn publish_resolved(
+        &self,
+        queue: &Arc<Queue>,
+        message: Message,
+    ) -> Result<Receipt, CoreError> {
+        self.refuse_on_full_disk(&message)?;
+        if !admit(queue)? {
+            return Ok(Receipt::ready());
         }
         Ok(self.enqueue(queue, Arc::new(message), 0))
     }
@@ -207,8 +217,9 @@ impl Broker {
     }
 
     /// Reads the queue's `delay_headers` when the protocol found one, then applies the
-    /// queue's default delay and the maximum (Zaqar's delayed queues). Applied again
-    /// to its result it changes nothing: the delay left only shrinks.
+    /// queue's default delay and the maximum (Zaqar's delayed queues). Apply it once:
+    /// a message it made due now has no due time left, and a second pass would give
+    /// it the default delay.
     pub(in crate::core) fn resolve_delay(
         &self,
         message: &mut Message,
