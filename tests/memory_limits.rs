@@ -66,7 +66,7 @@ fn receive_in_order(stomp: &mut Stomp, queue: &str, n: usize) {
 
 fn start() -> (tempfile::TempDir, BrokerProcess) {
     let dir = tempfile::tempdir().unwrap();
-    let broker = BrokerProcess::start_with_amqp(&dir.path().join("data"), Some(CONFIG));
+    let broker = BrokerProcess::start_with_amqp_and_http(&dir.path().join("data"), Some(CONFIG));
     (dir, broker)
 }
 
@@ -279,6 +279,22 @@ fn block_pauses_a_fire_and_forget_stomp_producer_until_consumers_drain() {
     // Other producers and queues are not held.
     let mut other = broker.client();
     other.send_receipted("elsewhere", "free", &[], "elsewhere");
+    // What an operator sees: the queue holds its producers, the other one does not.
+    let http = broker.http.expect("HTTP listener");
+    let get = |path: &str| {
+        reqwest::blocking::get(format!("http://{http}{path}"))
+            .and_then(|r| r.text())
+            .expect(path)
+    };
+    let metrics = get("/metrics");
+    assert!(
+        metrics.contains("weir_queue_producers_blocked{queue=\"blocked.stomp\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("weir_queue_producers_blocked{queue=\"elsewhere\"} 0"));
+    assert!(metrics.contains("weir_queue_held_sends{queue=\"blocked.stomp\"} "));
+    let info: serde_json::Value = serde_json::from_str(&get("/api/broker")).unwrap();
+    assert_eq!(info["flow"]["blocking_queues"], 1, "{info}");
     // A consumer drains the queue; the producer resumes and finishes.
     let mut consumer = broker.client();
     consumer.subscribe("c", "blocked.stomp", "auto");
@@ -287,6 +303,7 @@ fn block_pauses_a_fire_and_forget_stomp_producer_until_consumers_drain() {
         assert_eq!(index(&f.body), want, "order kept");
     }
     producer.join().expect("the producer finished");
+    assert!(get("/metrics").contains("weir_queue_producers_blocked{queue=\"blocked.stomp\"} 0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -243,6 +243,7 @@ struct QueueSample {
     totals: crate::core::queue::Totals,
     delayed: u64,
     producers: usize,
+    blocks_producers: bool,
 }
 
 /// The per-queue families, over the queues the caller may view.
@@ -261,6 +262,7 @@ fn queues(out: &mut String, caller: &Caller) {
             totals: q.totals(),
             delayed: schedule.map_or(0, |s| s.delayed(q.id())),
             producers: producers.count(q.name()),
+            blocks_producers: q.blocks_producers(),
         })
         .collect();
     gauge(
@@ -270,7 +272,7 @@ fn queues(out: &mut String, caller: &Caller) {
         queues.len(),
     );
     type Pick = fn(&QueueSample) -> u64;
-    let families: [(&str, &str, &str, Pick); 17] = [
+    let families: [(&str, &str, &str, Pick); 19] = [
         (
             "weir_queue_ready_messages",
             "gauge",
@@ -324,6 +326,18 @@ fn queues(out: &mut String, caller: &Caller) {
             "gauge",
             "AMQP links attached to the queue's address and STOMP connections that sent to it.",
             |q| q.producers as u64,
+        ),
+        (
+            "weir_queue_producers_blocked",
+            "gauge",
+            "1 while the queue holds its producers back (BLOCK policy full, or paging behind).",
+            |q| u64::from(q.blocks_producers),
+        ),
+        (
+            "weir_queue_held_sends",
+            "gauge",
+            "Sends whose receipt waits for the queue to drain.",
+            |q| q.stats.held_sends as u64,
         ),
         (
             "weir_queue_paused",
