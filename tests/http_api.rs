@@ -146,6 +146,13 @@ fn the_broker_describes_itself() {
         .any(|l| l["address"] == broker.stomp.to_string()
             && l["protocols"] == serde_json::json!(["stomp"])
             && l["tls"] == false));
+    let http = broker.http.expect("HTTP listener").to_string();
+    assert!(
+        listeners
+            .iter()
+            .any(|l| l["name"] == "http" && l["address"] == http.as_str()),
+        "the management listener itself: {listeners:?}"
+    );
     assert!(info["memory"]["limit_bytes"].as_u64().unwrap() > 0);
     assert!(info["memory"]["process_resident_bytes"].as_u64().unwrap() > 0);
     assert_eq!(info["disk"]["refusing"], false);

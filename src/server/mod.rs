@@ -432,6 +432,13 @@ impl Server {
         }
         if let Some(http) = &http {
             bound.push(("http".to_owned(), http.addr));
+            // The management listener itself, with STOMP over WebSocket at /stomp.
+            listening.push(ListenerInfo {
+                name: "http".to_owned(),
+                protocols: vec!["http".to_owned(), "stomp".to_owned()],
+                address: http.addr.to_string(),
+                tls: config.http().is_some_and(|h| h.tls),
+            });
             http.websocket.set_ready(
                 broker.clone(),
                 websocket_stomp,
