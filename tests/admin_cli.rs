@@ -254,6 +254,20 @@ fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
         .collect();
     assert_eq!(keys.len(), 2, "{first}");
     assert_eq!(row(&first, &keys[0])[1], "later", "{first}");
+    // A due-time range: none of them is due within a minute, all three within 20.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let until = |ms: u64| {
+        let listed = ok(schedule(
+            "auditor",
+            &["list", "--queue", "later", "--to", &ms.to_string()],
+        ));
+        listed.lines().skip(1).count()
+    };
+    assert_eq!(until(now_ms + 60_000), 0);
+    assert_eq!(until(now_ms + 1_200_000), 3);
     let more = first
         .lines()
         .find_map(|l| l.strip_prefix("(more: --after "))
@@ -434,6 +448,14 @@ fn the_schedule_is_edited_from_the_cli_and_the_edits_are_kept() {
             body_file.to_str().unwrap(),
         ]));
         assert_eq!(answer, format!("edited {offline}\n"));
+        // Offline too, --to ends the list at a due time.
+        let listed = |to: &str| ok(offline_cli(&["list", "--to", to])).lines().count() - 1;
+        let due = offline.split(':').next().unwrap().parse::<u64>().unwrap();
+        assert_eq!(listed("0"), 0);
+        assert!(
+            listed(&(due + 1).to_string()) > listed(&due.to_string()),
+            "a message due at --to is left out"
+        );
         ok(offline_cli(&["reschedule", &offline, "--in", "0s"]));
     });
     let mut consumer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);

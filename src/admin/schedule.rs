@@ -44,6 +44,9 @@ enum Action {
         /// due time only.
         #[arg(long)]
         from: Option<String>,
+        /// Only messages due before this time (epoch ms).
+        #[arg(long, value_name = "MS")]
+        to: Option<u64>,
         /// Start after this key (as printed): pages through a long list.
         #[arg(long, value_name = "KEY")]
         after: Option<String>,
@@ -256,10 +259,14 @@ fn live(api: &Api, action: Action, as_json: bool) -> Result<(), CliError> {
         Action::List {
             queue,
             from,
+            to,
             after,
             limit,
         } => {
             let mut query = format!("?limit={limit}&preview=0");
+            if let Some(to) = to {
+                query.push_str(&format!("&to={to}"));
+            }
             if let Some(queue) = queue {
                 query.push_str(&format!("&queue={}", segment(&queue)));
             }
@@ -407,6 +414,7 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
         Action::List {
             queue,
             from,
+            to,
             after,
             limit,
         } => {
@@ -427,7 +435,11 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
                 (None, Some(text)) => parse_from(&text)?,
                 (None, None) => schedule::FIRST_KEY,
             };
-            let entries = schedule::list_stored(&store, queue, from, limit)?;
+            let mut entries = schedule::list_stored(&store, queue, from, limit)?;
+            // In due order: what is due at `to` or later ends the list.
+            if let Some(to) = to {
+                entries.retain(|e| e.key.due_ms < to);
+            }
             println!(
                 "{:<32} {:<20} {:>12} {:>8} {:>6}  message-id",
                 "key", "queue", "due in", "bytes", "kept"
