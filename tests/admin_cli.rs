@@ -81,11 +81,23 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
         client.send_receipted("/queue/orders", &format!("o{i}"), &[], &format!("r{i}"));
     }
     client.send_receipted("/queue/archive", "a", &[], "ra");
+    client.send_receipted(
+        "/queue/orders",
+        "later",
+        &[("AMQ_SCHEDULED_DELAY", "600000")],
+        "rl",
+    );
 
     let list = ok(admin(&broker, "auditor", &["queues"]));
     assert!(list.starts_with("NAME"), "{list}");
+    let header: Vec<&str> = list.lines().next().unwrap().split_whitespace().collect();
     let orders = row(&list, "orders");
     assert_eq!(orders[1], "3", "READY: {list}");
+    let delayed = header
+        .iter()
+        .position(|h| *h == "DELAYED")
+        .expect("a DELAYED column");
+    assert_eq!(orders[delayed], "1", "{list}");
 
     let json: Value =
         serde_json::from_str(&ok(admin(&broker, "auditor", &["queues", "--json"]))).unwrap();
