@@ -91,6 +91,7 @@ fn readiness_reports_how_far_recovery_came() {
     assert_eq!(recovery["done"], true, "{body}");
     assert_eq!(recovery["messages_read"], 300, "{body}");
     assert!(recovery["queues"].as_u64() >= Some(1), "{body}");
+    assert_eq!(recovery["queues_read"], 1, "only kept had messages: {body}");
     assert_eq!(recovery["eta_seconds"], Value::Null, "{body}");
 }
 

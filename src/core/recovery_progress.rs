@@ -1,5 +1,5 @@
 //! Progress of reading a large store at start: every few seconds an INFO line with the
-//! messages read so far, the rate, and an estimate of what is left, so an operator
+//! messages and queues read so far, the rate, and an estimate of what is left, so an operator
 //! watching a long recovery knows it is moving and when it will end. The same figures
 //! are shared as a [`RecoveryStatus`] for whoever answers before recovery is done (the
 //! management listener's `/health/ready`).
@@ -20,6 +20,9 @@ const CHECK_EVERY: u64 = 4096;
 pub struct RecoveryStatus {
     started: OnceLock<Instant>,
     queues: AtomicU64,
+    /// Queues whose stored messages the reading has reached (the store keeps a queue's
+    /// messages together, so it passes each queue once).
+    queues_read: AtomicU64,
     /// The store's estimate plus one; 0 while it gave none (or before recovery began).
     estimate_plus_one: AtomicU64,
     messages: AtomicU64,
@@ -33,7 +36,10 @@ pub struct RecoveryStatus {
 pub struct RecoverySnapshot {
     /// Whether the messages have all been read (the broker may still be starting).
     pub done: bool,
+    /// The queues the broker knows.
     pub queues: u64,
+    /// Of them, those whose stored messages the reading has reached so far.
+    pub queues_read: u64,
     pub messages_read: u64,
     /// RocksDB's estimate of the stored messages, when it has one.
     pub estimated_messages: Option<u64>,
@@ -55,8 +61,13 @@ impl RecoveryStatus {
         self.estimate_plus_one.store(encoded, Ordering::Relaxed);
     }
 
-    fn finish(&self, messages: u64, took: Duration) {
+    fn publish(&self, messages: u64, queues_read: u64) {
         self.messages.store(messages, Ordering::Relaxed);
+        self.queues_read.store(queues_read, Ordering::Relaxed);
+    }
+
+    fn finish(&self, messages: u64, queues_read: u64, took: Duration) {
+        self.publish(messages, queues_read);
         self.took_ms
             .store(took.as_millis() as u64, Ordering::Relaxed);
         self.done.store(true, Ordering::Release);
@@ -80,6 +91,7 @@ impl RecoveryStatus {
         RecoverySnapshot {
             done,
             queues: self.queues.load(Ordering::Relaxed),
+            queues_read: self.queues_read.load(Ordering::Relaxed),
             messages_read: messages,
             estimated_messages: estimate,
             per_second: rate as u64,
@@ -102,6 +114,8 @@ pub(super) struct RecoveryProgress {
     started: Instant,
     last_log: Instant,
     messages: u64,
+    queues_read: u64,
+    last_queue: Option<u32>,
     shared: Arc<RecoveryStatus>,
 }
 
@@ -115,15 +129,22 @@ impl RecoveryProgress {
             started: now,
             last_log: now,
             messages: 0,
+            queues_read: 0,
+            last_queue: None,
             shared,
         }
     }
 
+    /// A stored message of queue `queue` was read (in the store's order, queue by queue).
     #[inline]
-    pub fn message_read(&mut self) {
+    pub fn message_read(&mut self, queue: u32) {
         self.messages += 1;
+        if self.last_queue != Some(queue) {
+            self.last_queue = Some(queue);
+            self.queues_read += 1;
+        }
         if self.messages.is_multiple_of(CHECK_EVERY) {
-            self.shared.messages.store(self.messages, Ordering::Relaxed);
+            self.shared.publish(self.messages, self.queues_read);
             if self.last_log.elapsed() >= EVERY {
                 self.last_log = Instant::now();
                 self.log();
@@ -133,7 +154,8 @@ impl RecoveryProgress {
 
     /// Every message has been read: the shared status says so, with the exact count.
     pub fn finish(&self) {
-        self.shared.finish(self.messages, self.started.elapsed());
+        self.shared
+            .finish(self.messages, self.queues_read, self.started.elapsed());
     }
 
     fn log(&self) {
@@ -142,6 +164,7 @@ impl RecoveryProgress {
         let left = self.estimate.map(|e| e.saturating_sub(self.messages));
         match left {
             Some(left) if left > 0 => tracing::info!(
+                queues_read = self.queues_read,
                 queues = self.queues,
                 messages = self.messages,
                 per_second = rate as u64,
@@ -150,6 +173,7 @@ impl RecoveryProgress {
                 "recovering"
             ),
             _ => tracing::info!(
+                queues_read = self.queues_read,
                 queues = self.queues,
                 messages = self.messages,
                 per_second = rate as u64,
@@ -181,12 +205,13 @@ mod tests {
             (None, None)
         );
         let mut progress = RecoveryProgress::new(3, Some(3 * CHECK_EVERY), status.clone());
-        for _ in 0..CHECK_EVERY + 10 {
-            progress.message_read();
+        // Queue 1's messages, then queue 2's: the third queue has none stored.
+        for i in 0..CHECK_EVERY + 10 {
+            progress.message_read(if i < 100 { 1 } else { 2 });
         }
         let during = status.snapshot();
         assert!(!during.done);
-        assert_eq!(during.queues, 3);
+        assert_eq!((during.queues, during.queues_read), (3, 2));
         // Published every CHECK_EVERY messages, so the last 10 are not shown yet.
         assert_eq!(during.messages_read, CHECK_EVERY);
         assert_eq!(during.estimated_messages, Some(3 * CHECK_EVERY));
@@ -198,12 +223,53 @@ mod tests {
         assert_eq!(done.eta_seconds, None);
     }
 
+    /// The INFO line an operator watches: queues and messages so far, rate, what is left.
+    #[test]
+    fn the_progress_line_names_queues_and_messages_so_far_and_the_eta() {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let mut progress = RecoveryProgress::new(3, Some(10_000), RecoveryStatus::new());
+            for i in 0..500 {
+                progress.message_read(if i < 200 { 4 } else { 9 });
+            }
+            progress.log();
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(text.contains(" INFO "), "{text}");
+        for field in [
+            "queues_read=2",
+            "queues=3",
+            "messages=500",
+            "estimated_left=9500",
+            "eta_seconds=",
+            "recovering",
+        ] {
+            assert!(text.contains(field), "{field} in {text}");
+        }
+    }
+
     #[test]
     fn without_an_estimate_there_is_no_eta() {
         let status = RecoveryStatus::new();
         let mut progress = RecoveryProgress::new(1, None, status.clone());
         for _ in 0..CHECK_EVERY {
-            progress.message_read();
+            progress.message_read(7);
         }
         let s = status.snapshot();
         assert_eq!((s.estimated_messages, s.eta_seconds), (None, None));

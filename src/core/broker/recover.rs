@@ -57,7 +57,7 @@ impl Broker {
             self.inner.recovery.clone(),
         );
         store.for_each_message(|key, record| {
-            progress.message_read();
+            progress.message_read(key.queue);
             let Some(queue) = by_id.get(&key.queue) else {
                 stale.push(key);
                 return;
