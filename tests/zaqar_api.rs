@@ -639,6 +639,77 @@ fn a_default_delay_changed_by_management_holds_for_zaqar_too() {
     assert!(claim(&z).is_some(), "due at once");
 }
 
+/// The management API shows a queue's Zaqar metadata and replaces it, checked as the
+/// Zaqar API checks it; the default delay stays the setting it is.
+#[test]
+fn the_management_api_shows_and_replaces_zaqar_metadata() {
+    let (_dir, broker) = start();
+    let z = Zaqar::new(&broker);
+    let r = z.send(
+        "PUT",
+        "/v2/queues/meta",
+        Some(json!({"_default_message_delay": 5, "colour": "blue"})),
+    );
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let api = common::http::Api::new(broker.http.expect("HTTP listener"), "admin");
+    let detail: Value = api.get("/api/queues/meta", None).json().unwrap();
+    assert_eq!(detail["metadata"], json!({"colour": "blue"}), "{detail}");
+    assert_eq!(detail["settings"]["default_message_delay"], 5000);
+
+    let r = api.patch(
+        "/api/queues/meta",
+        None,
+        r#"{"metadata": {"colour": "green", "_max_claim_count": 3}}"#,
+    );
+    assert_eq!(r.status(), StatusCode::OK);
+    let answer: Value = r.json().unwrap();
+    assert_eq!(
+        answer["metadata"],
+        json!({"colour": "green", "_max_claim_count": 3})
+    );
+    assert_eq!(
+        answer["settings"]["default_message_delay"], 5000,
+        "the delay is kept"
+    );
+    assert_eq!(
+        z.json("GET", "/v2/queues/meta", None, StatusCode::OK),
+        with_defaults(json!({
+            "colour": "green", "_max_claim_count": 3, "_default_message_delay": 5,
+        }))
+    );
+
+    for (bad, says) in [
+        (r#"{"metadata": {"_unknown": 1}}"#, "metadata: "),
+        (
+            r#"{"metadata": {"_default_message_delay": 901}}"#,
+            "_default_message_delay",
+        ),
+        (r#"{"metadata": 5}"#, "metadata"),
+        (
+            r#"{"metadata": {"_default_message_delay": 1}, "default_message_delay": "2s"}"#,
+            "not both",
+        ),
+    ] {
+        let r = api.patch("/api/queues/meta", None, bad);
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
+        let body: Value = r.json().unwrap();
+        assert!(
+            body["message"].as_str().unwrap().contains(says),
+            "{bad}: {body}"
+        );
+    }
+    // null removes the metadata; the delay, a setting, stays.
+    let r = api.patch("/api/queues/meta", None, r#"{"metadata": null}"#);
+    assert_eq!(r.status(), StatusCode::OK);
+    let detail: Value = r.json().unwrap();
+    assert!(detail.get("metadata").is_none(), "{detail}");
+    assert_eq!(detail["settings"]["default_message_delay"], 5000);
+    assert_eq!(
+        z.json("GET", "/v2/queues/meta", None, StatusCode::OK),
+        with_defaults(json!({"_default_message_delay": 5}))
+    );
+}
+
 #[test]
 fn a_queue_shows_its_reserved_metadata_at_their_defaults_and_takes_them_back() {
     let (_dir, broker) = start();

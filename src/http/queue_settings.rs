@@ -66,17 +66,40 @@ pub(super) fn settings_json(s: &QueueSettings) -> Map<String, Value> {
 }
 
 /// `PATCH /api/queues/{name}`: a JSON object of settings (config keys and values;
-/// `null` puts one back to what the config gives the queue). Answered once the
-/// change is stored; the queue applies it at once.
+/// `null` puts one back to what the config gives the queue), and `metadata`, the
+/// queue's Zaqar metadata replaced whole (`null` or `{}` removes it). Answered once
+/// the change is stored; the queue applies it at once.
 pub async fn change(
     caller: Caller,
     Path(name): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<QueueInfo>, ApiError> {
-    let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
+    let mut body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| {
         ApiError::BadRequest(format!("the body must be a JSON object of settings: {e}"))
     })?;
+    let metadata = match body.remove("metadata") {
+        None => None,
+        Some(Value::Null) => Some(Map::new()),
+        Some(Value::Object(m)) => Some(m),
+        Some(_) => {
+            return Err(ApiError::BadRequest(
+                "metadata: a JSON object of Zaqar queue metadata, or null".into(),
+            ))
+        }
+    };
     let change = settings_change(&body).map_err(|e| ApiError::BadRequest(e.reason()))?;
+    if let Some(metadata) = metadata {
+        // The default delay is one setting: it may be given one way, not both.
+        if metadata.contains_key("_default_message_delay")
+            && body.contains_key("default_message_delay")
+        {
+            return Err(ApiError::BadRequest(
+                "metadata._default_message_delay: give default_message_delay or it, not both"
+                    .into(),
+            ));
+        }
+        set_metadata(&caller, &name, metadata).await?;
+    }
     let (queue, written) = caller
         .broker
         .change_queue_settings_as(
@@ -95,4 +118,28 @@ pub async fn change(
         ApiError::Unavailable(format!("the change applies but was not stored: {e}"))
     })?;
     Ok(Json(QueueInfo::of(&queue, &caller.broker)))
+}
+
+/// Replaces the queue's Zaqar metadata as the Zaqar API does (its reserved keys
+/// checked; `_default_message_delay` also sets the setting). The queue's default
+/// delay is kept unless the new metadata names one, as a PATCH changes only
+/// what it gives.
+async fn set_metadata(
+    caller: &Caller,
+    name: &str,
+    metadata: Map<String, Value>,
+) -> Result<(), ApiError> {
+    if caller.broker.queue(name).is_none() {
+        return Err(ApiError::NotFound(format!("no queue named '{name}'")));
+    }
+    crate::zaqar::metadata::replace_keeping_delay(&caller.broker, &caller.principal, name, metadata)
+        .await
+        .map_err(|e| match e {
+            crate::zaqar::ZaqarError::BadRequest(m) => {
+                ApiError::BadRequest(format!("metadata: {m}"))
+            }
+            crate::zaqar::ZaqarError::Forbidden(m) => ApiError::Forbidden(m),
+            crate::zaqar::ZaqarError::NotFound(m) => ApiError::NotFound(m),
+            other => ApiError::Unavailable(other.to_string()),
+        })
 }

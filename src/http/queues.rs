@@ -49,6 +49,11 @@ pub struct QueueInfo {
     /// Messages per second lately (averaged since the previous reading of this
     /// queue, at least a second before).
     rates: RatesInfo,
+    /// Its Zaqar queue metadata, when it has any: the user's keys and the reserved
+    /// `_` ones (`_default_message_delay` is the `default_message_delay` setting,
+    /// shown there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Serialize, Debug, PartialEq)]
@@ -111,6 +116,7 @@ impl QueueInfo {
                 acked_per_second: rates.acked,
             },
             producers: broker.producers().count(queue.name()),
+            metadata: metadata_of(queue),
             ..Self::from_parts(
                 queue.name(),
                 delayed,
@@ -157,8 +163,17 @@ impl QueueInfo {
             rates: RatesInfo::default(),
             settings: settings_json(settings),
             changed_settings,
+            metadata: None,
         }
     }
+}
+
+fn metadata_of(queue: &Queue) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let text = queue.changes().metadata.clone()?;
+    let mut metadata: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&text).ok()?;
+    metadata.remove("_default_message_delay");
+    Some(metadata)
 }
 
 /// `offset`, `limit` and `name` of a list request; anything else is refused, so a typo

@@ -145,7 +145,8 @@ fn delay_setting_ms(queue: &Queue) -> u64 {
 }
 
 /// Replaces a queue's metadata, checked first, and gives the queue the default
-/// delay it names; answered once both are stored.
+/// delay it names (none: no default delay), as Zaqar's PUT and PATCH do;
+/// answered once both are stored.
 pub async fn set(
     broker: &Broker,
     who: &Principal,
@@ -165,10 +166,36 @@ pub async fn set(
         },
         |settings| check_queue_settings(settings).map_err(|e| e.reason()),
     )?;
-    let text = (!metadata.is_empty()).then(|| Value::Object(metadata).to_string());
-    let metadata_written = broker.set_queue_metadata_as(queue, who, text)?;
+    store(broker, who, queue, metadata).await?;
     settings_written.wait().await.map_err(CoreError::Store)?;
-    metadata_written.wait().await.map_err(CoreError::Store)?;
+    Ok(())
+}
+
+/// [`set`] for the management API, where the default delay is a setting of its
+/// own: metadata without `_default_message_delay` leaves the queue's delay as it is.
+pub async fn replace_keeping_delay(
+    broker: &Broker,
+    who: &Principal,
+    queue: &str,
+    metadata: Map<String, Value>,
+) -> Result<(), ZaqarError> {
+    if metadata.contains_key("_default_message_delay") {
+        return set(broker, who, queue, metadata).await;
+    }
+    rules_of(&metadata)?;
+    store(broker, who, queue, metadata).await
+}
+
+/// Stores `metadata` with the queue; answered once it is written.
+async fn store(
+    broker: &Broker,
+    who: &Principal,
+    queue: &str,
+    metadata: Map<String, Value>,
+) -> Result<(), ZaqarError> {
+    let text = (!metadata.is_empty()).then(|| Value::Object(metadata).to_string());
+    let written = broker.set_queue_metadata_as(queue, who, text)?;
+    written.wait().await.map_err(CoreError::Store)?;
     Ok(())
 }
 
