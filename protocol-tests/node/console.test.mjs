@@ -372,3 +372,30 @@ test('the connections page lists the STOMP client and closes it by a click', asy
   assert.deepEqual(problems, []);
   await page.close();
 });
+
+test('beyond a page of the API, the console still counts and finds every queue', async () => {
+  // More queues than one /api/queues page (1,000), the last of them holding messages.
+  const names = Array.from({ length: 1005 }, (_, i) => `zz-many-${String(i).padStart(4, '0')}`);
+  for (let i = 0; i < names.length; i += 50) {
+    const made = await Promise.all(names.slice(i, i + 50).map(n => api('PUT', `/api/queues/${n}`)));
+    assert.ok(made.every(r => r.status === 201 || r.status === 200), 'queues created');
+  }
+  const last = names[names.length - 1];
+  await send(last, ['one', 'two']);
+  const { body: listed } = await api('GET', '/api/queues?limit=1');
+  const { page, problems } = await consolePage();
+  // The overview's totals are over all of them.
+  await page.waitForFunction(n => [...document.querySelectorAll('#totals .card')].some(c =>
+    c.querySelector('.label').textContent === 'Queues'
+      && Number(c.querySelector('.value').textContent.replace(/\D/g, '')) === n),
+  { timeout: 10000 }, listed.total);
+  // The queues table finds the last one by name, with its depth.
+  await page.click('a[data-nav=queues]');
+  await page.type('#filter', last);
+  const row = `tr[data-queue="${last}"]`;
+  await page.waitForSelector(row, { timeout: 10000 });
+  await page.waitForFunction(sel => document.querySelector(`${sel} .ready`)?.textContent === '2',
+    { timeout: 10000 }, row);
+  assert.deepEqual(problems, []);
+  await page.close();
+});

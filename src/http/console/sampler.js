@@ -15,11 +15,25 @@ const listeners = new Set();
 
 function sum(queues, f) { return queues.reduce((n, q) => n + f(q), 0); }
 
+// Every queue, a page of the API's largest at a time: the overview's totals and the
+// queues table's filter cover them all, however many there are.
+const PAGE = 1000;
+async function allQueues() {
+  const first = await get(`/api/queues?limit=${PAGE}`);
+  const queues = [...first.queues];
+  while (queues.length < first.total) {
+    const next = await get(`/api/queues?limit=${PAGE}&offset=${queues.length}`);
+    if (next.queues.length === 0) break; // queues deleted meanwhile
+    queues.push(...next.queues);
+  }
+  return { queues, total: first.total };
+}
+
 async function sample() {
   if (busy) return;
   busy = true;
   try {
-    const page = await get('/api/queues?limit=1000');
+    const page = await allQueues();
     const at = Date.now();
     const rates = new Map();
     const seconds = previous ? (at - previous.at) / 1000 : 0;
