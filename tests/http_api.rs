@@ -988,3 +988,84 @@ fn queue_settings_changes_are_checked() {
     // Nothing refused was applied.
     assert_eq!(api.json(path)["changed_settings"], serde_json::json!([]));
 }
+
+/// Every route of the API and `/metrics`, as the OpenAPI description lists them (so a
+/// new route is covered the day it is described): without a login or with a wrong one
+/// 401, for a user with neither `view` nor `manage` 403 (a listing answers with what
+/// they may view: nothing), and for a `view`-only user 403 on every route that changes
+/// something.
+#[test]
+fn every_route_refuses_a_missing_login_and_a_missing_role() {
+    const LISTINGS: [&str; 1] = ["/api/queues"];
+    let (_dir, _broker, api) = start(Some(&config()));
+    assert_eq!(
+        api.call("PUT", "/api/queues/q", Some("admin")).status(),
+        StatusCode::CREATED
+    );
+    // A waiting message, so the schedule's routes find one whose queue they check.
+    let sent = api.post(
+        "/api/queues/q/messages",
+        Some("admin"),
+        serde_json::json!({"body": "later", "delay_ms": 600_000}),
+    );
+    assert_eq!(sent.status(), StatusCode::CREATED);
+    let waiting = api.json("/api/schedule?queue=q")["items"][0]["id"]
+        .as_str()
+        .expect("a waiting message")
+        .to_owned();
+    let description: Value =
+        serde_json::from_str(include_str!("../src/http/openapi.json")).unwrap();
+    let mut checked = 0;
+    for (path, operations) in description["paths"].as_object().unwrap() {
+        if !(path.starts_with("/api/") || path == "/metrics") || path == "/api/openapi.json" {
+            continue;
+        }
+        let id = match path.starts_with("/api/schedule/") {
+            true => waiting.as_str(),
+            false => "1",
+        };
+        let concrete = path
+            .replace("{name}", "q")
+            .replace("{id}", id)
+            .replace("{group}", "g")
+            .replace("/timeline", "/timeline?from=0&to=60000");
+        for method in operations.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            if !["GET", "PUT", "POST", "PATCH", "DELETE"].contains(&method.as_str()) {
+                continue;
+            }
+            let send = |user: Option<&str>, password: &str| {
+                let mut r = api
+                    .client
+                    .request(
+                        reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                        format!("{}{concrete}", api.base),
+                    )
+                    .header("content-type", "application/json")
+                    .body("{}");
+                if let Some(u) = user {
+                    r = r.basic_auth(u, Some(password));
+                }
+                r.send().unwrap()
+            };
+            let what = format!("{method} {concrete}");
+            assert_error(send(None, ""), StatusCode::UNAUTHORIZED, "unauthorized");
+            let wrong = send(Some("admin"), "not the password");
+            assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED, "{what}");
+            let r = send(Some("dev"), "pw");
+            // A listing shows what the caller may view: for dev, nothing.
+            let lists = method == "GET" && LISTINGS.contains(&concrete.as_str());
+            let expected = match lists {
+                true => StatusCode::OK,
+                false => StatusCode::FORBIDDEN,
+            };
+            assert_eq!(r.status(), expected, "{what} as dev");
+            if method != "GET" {
+                let r = send(Some("auditor"), "pw");
+                assert_eq!(r.status(), StatusCode::FORBIDDEN, "{what} as auditor");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 25, "{checked} routes checked");
+}

@@ -292,6 +292,8 @@ async fn transfer(
     body: Result<Json<TransferRequest>, JsonRejection>,
     how: Transfer,
 ) -> Result<(Transferred, Vec<SkippedView>), ApiError> {
+    // Who may not change the queue learns that first, not what the body lacks.
+    caller.may(&name, Permission::Manage)?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let selection = selection(&request)?;
     let done = caller
@@ -442,6 +444,7 @@ pub async fn send(
     Path(name): Path<String>,
     body: Result<Json<TestMessage>, JsonRejection>,
 ) -> Result<(StatusCode, Json<Sent>), ApiError> {
+    caller.may(&name, Permission::Manage)?;
     let Json(request) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let message = test_message(&name, request)?;
     let (receipt, delayed) = caller

@@ -172,6 +172,7 @@ pub async fn reschedule(
     Path(id): Path<String>,
     body: Result<Json<NewDue>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<ScheduledSummary>, ApiError> {
+    let schedule = manageable(&caller, &id).await?;
     let Json(due) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let due_ms = match (due.due_ms, due.delay_ms) {
         (Some(at), None) => at,
@@ -182,7 +183,6 @@ pub async fn reschedule(
             ))
         }
     };
-    let schedule = manageable(&caller, &id).await?;
     Ok(Json(schedule.reschedule(&id, due_ms).await?))
 }
 
@@ -290,6 +290,8 @@ pub async fn edit(
     Path(id): Path<String>,
     body: Result<Json<serde_json::Value>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<ScheduledSummary>, ApiError> {
+    // Who may not change the message learns that first, not what the body lacks.
+    let schedule = manageable(&caller, &id).await?;
     let Json(body) = body.map_err(|e| ApiError::BadRequest(e.body_text()))?;
     let (change, changes) = parse_edit(body, crate::core::message::now_ms())?;
     if !changes {
@@ -297,7 +299,6 @@ pub async fn edit(
             "nothing to change: give properties, body or body_base64, or headers".into(),
         ));
     }
-    let schedule = manageable(&caller, &id).await?;
     Ok(Json(schedule.edit(&id, change).await?))
 }
 
