@@ -101,11 +101,16 @@ impl Broker {
         queue: &Arc<Queue>,
         mut message: Message,
     ) -> Result<Receipt, CoreError> {
+        // A full FAIL queue refuses before the delay is looked at.
+        self.refuse_on_full_disk(&message)?;
+        if !admit(queue)? {
+            return Ok(Receipt::ready());
+        }
         // In place: a message is a few hundred bytes, moved on every hand-over.
         if message.due_at.is_some() || message.may_carry_delay || queue.has_default_delay() {
             self.resolve_delay(&mut message, &queue.settings())?;
         }
-        self.publish_resolved(queue, message)
+        Ok(self.enqueue(queue, Arc::new(message), 0))
     }
 
     /// [`Broker::publish_to`] for a message whose delay was resolved already:
