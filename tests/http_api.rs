@@ -495,6 +495,19 @@ fn anonymous_access_beyond_loopback_is_refused_at_start() {
     );
 }
 
+/// The open connection whose client id is `client_id`, as a viewer lists it.
+fn listed_connection(api: &Api, client_id: &str) -> Value {
+    let r = api.get("/api/connections", Some("auditor"));
+    assert_eq!(r.status(), StatusCode::OK);
+    let list: Value = r.json().unwrap();
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["client_id"] == client_id)
+        .unwrap_or_else(|| panic!("{client_id} is not listed: {list}"))
+        .clone()
+}
+
 #[test]
 fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
     let (_dir, broker, api) = start(Some(&config()));
@@ -507,16 +520,42 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
         ],
     );
     assert_eq!(client.connected.command, "CONNECTED");
-    let r = api.get("/api/connections", Some("auditor"));
-    assert_eq!(r.status(), StatusCode::OK);
-    let list: Value = r.json().unwrap();
-    let ours = list
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["client_id"] == "worker-7")
-        .expect("the STOMP connection is listed")
-        .clone();
+    // Three messages in, three out, one acknowledged.
+    for i in 0..3 {
+        client.send_receipted("/queue/jobs", &format!("job-{i}"), &[], &format!("s{i}"));
+    }
+    client.subscribe("1", "/queue/jobs", "client-individual");
+    let jobs: Vec<_> = (0..3).map(|_| client.recv().expect("a job")).collect();
+    // Its receipt comes in a later wake-up than the frames before it, so the counts
+    // (published at the end of each wake-up) are up to date once it is here.
+    client.ack_receipted(&jobs[0], "a0");
+    assert_eq!(client.recv().expect("RECEIPT").command, "RECEIPT");
+    let ours = listed_connection(&api, "worker-7");
+    assert_eq!(
+        ours["messages"],
+        serde_json::json!({"received": 3, "sent": 3})
+    );
+    // The first reading has nothing to compare with.
+    assert_eq!(
+        ours["rates"],
+        serde_json::json!({"received_per_second": 0.0, "sent_per_second": 0.0})
+    );
+    // Two more in (to a queue it does not consume) a second or more later.
+    std::thread::sleep(Duration::from_millis(1100));
+    for i in 3..5 {
+        client.send_receipted("/queue/other", &format!("job-{i}"), &[], &format!("s{i}"));
+    }
+    client.ack_receipted(&jobs[1], "a1");
+    assert_eq!(client.recv().expect("RECEIPT").command, "RECEIPT");
+    let ours = listed_connection(&api, "worker-7");
+    assert_eq!(
+        ours["messages"],
+        serde_json::json!({"received": 5, "sent": 3})
+    );
+    let received_rate = ours["rates"]["received_per_second"].as_f64().unwrap();
+    // Two messages over somewhat more than the 1.1 s slept.
+    assert!(received_rate > 0.0 && received_rate < 2.0, "{ours}");
+    assert_eq!(ours["rates"]["sent_per_second"].as_f64(), Some(0.0));
     assert_eq!(ours["protocol"], "stomp");
     assert_eq!(ours["version"], "1.2");
     assert_eq!(ours["user"], "dev");

@@ -85,6 +85,14 @@ fn bodies(messages: &[Value]) -> Vec<String> {
 }
 
 /// Polls `check` for up to five seconds.
+/// A consumer's rates are listed, as numbers no less than zero.
+fn assert_rates_listed(consumer: &Value) {
+    for rate in ["delivered_per_second", "acked_per_second"] {
+        let value = consumer["rates"][rate].as_f64();
+        assert!(value.is_some_and(|r| r >= 0.0), "{rate}: {consumer}");
+    }
+}
+
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !check() {
@@ -470,12 +478,37 @@ fn groups_are_listed_and_a_reset_hands_the_group_to_another_consumer() {
     assert_eq!(of_a["connection"]["protocol"], "stomp");
     assert_eq!(g["consumer"], of_a["id"]);
     assert_eq!(g["connection"]["id"], of_a["connection"]["id"]);
+    assert_eq!(
+        (of_a["delivered"].as_u64(), of_a["acked"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert_rates_listed(of_a);
+    // Bound by its first delivery: active since then.
+    let bound_ms = g["owned_since_ms"].as_u64().unwrap();
+    assert_eq!(g["last_activity_ms"].as_u64(), Some(bound_ms));
 
     // A settles g1 and takes an ungrouped message it keeps: it has no credit left.
+    // Later than the binding by more than a coarse clock's tick.
+    std::thread::sleep(Duration::from_millis(60));
     a.ack_receipted(&g1, "a1");
     assert_eq!(a.recv().unwrap().command, "RECEIPT");
+    let groups = api.json("/api/queues/work/groups");
+    let g = &groups["groups"][0];
+    let acked_ms = g["last_activity_ms"].as_u64().unwrap();
+    assert!(acked_ms >= bound_ms + 40, "{g}");
+    assert_eq!(g["owned_since_ms"].as_u64(), Some(bound_ms));
     producer.send_receipted("/queue/work", "u1", &[], "r2");
     assert_eq!(a.recv().expect("u1").body_text(), "u1");
+    let consumers = api.json("/api/queues/work/consumers");
+    let of_a = &consumers[0];
+    assert_eq!(
+        (of_a["delivered"].as_u64(), of_a["acked"].as_u64()),
+        (Some(2), Some(1))
+    );
+    // An ungrouped message is none of the group's activity.
+    let groups = api.json("/api/queues/work/groups");
+    let g = &groups["groups"][0];
+    assert_eq!(g["last_activity_ms"].as_u64(), Some(acked_ms));
     let mut b = login(&broker, "worker-b");
     subscribe(
         &mut b,
@@ -521,6 +554,20 @@ fn groups_are_listed_and_a_reset_hands_the_group_to_another_consumer() {
         let groups = api.json("/api/queues/work/groups");
         groups["groups"][0]["consumer"] == api.json("/api/queues/work/consumers")[1]["id"]
     });
+    eventually("B's ack counted", || {
+        api.json("/api/queues/work/consumers")[1]["acked"] == 1
+    });
+    let consumers = api.json("/api/queues/work/consumers");
+    let counts = |c: &Value| (c["delivered"].as_u64(), c["acked"].as_u64());
+    assert_eq!(counts(&consumers[0]), (Some(2), Some(1)), "A keeps u1");
+    assert_eq!(counts(&consumers[1]), (Some(1), Some(1)));
+    assert_rates_listed(&consumers[1]);
+    let groups = api.json("/api/queues/work/groups");
+    let g = &groups["groups"][0];
+    assert!(
+        g["last_activity_ms"].as_u64().unwrap() >= g["owned_since_ms"].as_u64().unwrap(),
+        "{g}"
+    );
     let r = api.call("DELETE", "/api/queues/work/groups", Some("admin"));
     assert_eq!(r.json::<Value>().unwrap()["reset"], 1);
     assert_eq!(api.json("/api/queues/work/groups")["groups"], json!([]));

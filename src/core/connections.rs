@@ -3,14 +3,18 @@
 //! to close that the connection's driver listens to.
 //!
 //! A connection registers once, after its handshake, and unregisters when its
-//! [`Registration`] drops; nothing here is touched per message.
+//! [`Registration`] drops; nothing here is touched per message. What a connection
+//! counts of its messages it publishes once per wake-up (see [`Registration::publish`]).
 
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::sync::Notify;
+
+use super::rates::RateWindow;
 
 /// What a protocol tells about a connection when it registers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,17 +42,67 @@ pub struct ConnectionKind {
 }
 
 /// One open connection as management sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConnectionInfo {
     pub id: u64,
     pub descriptor: Descriptor,
     /// Epoch milliseconds.
     pub connected_at: u64,
+    /// Its messages since it opened, as last published.
+    pub traffic: Traffic,
+    /// Received and sent per second lately (see [`super::rates::RATE_WINDOW`]).
+    pub received_per_second: f64,
+    pub sent_per_second: f64,
+}
+
+/// A connection's messages since it opened, as its protocol session counts them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Whole messages the client sent (STOMP SEND, AMQP transfers), taken or refused.
+    pub received: u64,
+    /// Messages delivered to the client.
+    pub sent: u64,
+}
+
+/// Where a connection's task publishes its [`Traffic`]. Written by that one task
+/// only, and on a cache line of its own, so a store never waits on another core
+/// (management reads it now and then).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct TrafficCells {
+    received: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl TrafficCells {
+    fn load(&self) -> Traffic {
+        Traffic {
+            received: self.received.load(Ordering::Relaxed),
+            sent: self.sent.load(Ordering::Relaxed),
+        }
+    }
 }
 
 struct Open {
     info: ConnectionInfo,
     close: Arc<Notify>,
+    traffic: Arc<TrafficCells>,
+    /// The previous reading of `traffic`, for its rates.
+    rates: RateWindow<2>,
+}
+
+impl Open {
+    /// What management sees, moving the rates' reading on.
+    fn read(&mut self, now: Instant) -> ConnectionInfo {
+        let traffic = self.traffic.load();
+        let [received, sent] = self.rates.rates_at(now, [traffic.received, traffic.sent]);
+        ConnectionInfo {
+            traffic,
+            received_per_second: received,
+            sent_per_second: sent,
+            ..self.info.clone()
+        }
+    }
 }
 
 /// Every open connection that registered.
@@ -65,32 +119,42 @@ impl Connections {
     pub fn register(self: &Arc<Self>, descriptor: Descriptor) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let close = Arc::new(Notify::new());
+        let traffic = Arc::new(TrafficCells::default());
         let info = ConnectionInfo {
             id,
             descriptor,
             connected_at: super::message::now_ms(),
+            traffic: Traffic::default(),
+            received_per_second: 0.0,
+            sent_per_second: 0.0,
         };
         self.open.lock().insert(
             id,
             Open {
                 info,
                 close: close.clone(),
+                traffic: traffic.clone(),
+                rates: RateWindow::default(),
             },
         );
         Registration {
             id,
             close,
+            traffic,
             registry: self.clone(),
         }
     }
 
-    /// Every open connection, oldest first.
+    /// Every open connection, oldest first. Takes their rates, so it moves each
+    /// one's reading on (readings within a second repeat the last rates).
     pub fn list(&self) -> Vec<ConnectionInfo> {
-        self.open.lock().values().map(|o| o.info.clone()).collect()
+        let now = Instant::now();
+        self.open.lock().values_mut().map(|o| o.read(now)).collect()
     }
 
     pub fn get(&self, id: u64) -> Option<ConnectionInfo> {
-        self.open.lock().get(&id).map(|o| o.info.clone())
+        let now = Instant::now();
+        self.open.lock().get_mut(&id).map(|o| o.read(now))
     }
 
     /// Asks connection `id` to close; false when there is none.
@@ -125,12 +189,23 @@ impl Connections {
 pub struct Registration {
     id: u64,
     close: Arc<Notify>,
+    traffic: Arc<TrafficCells>,
     registry: Arc<Connections>,
 }
 
 impl Registration {
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// Makes the connection's counts visible to management. Plain stores: only
+    /// the connection's own task writes them, so no read-modify-write is needed.
+    #[inline]
+    pub fn publish(&self, traffic: Traffic) {
+        self.traffic
+            .received
+            .store(traffic.received, Ordering::Relaxed);
+        self.traffic.sent.store(traffic.sent, Ordering::Relaxed);
     }
 
     /// Resolves when management asked this connection to close.
@@ -179,6 +254,23 @@ mod tests {
             .await
             .expect("close requested");
         let id = b.id();
+        b.publish(Traffic {
+            received: 3,
+            sent: 5,
+        });
+        let listed = registry.get(id).unwrap();
+        assert_eq!(
+            listed.traffic,
+            Traffic {
+                received: 3,
+                sent: 5
+            }
+        );
+        // The first reading has nothing to compare with.
+        assert_eq!(
+            (listed.received_per_second, listed.sent_per_second),
+            (0.0, 0.0)
+        );
         drop(b);
         assert!(registry.get(id).is_none());
         assert!(!registry.close(id));

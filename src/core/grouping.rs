@@ -6,11 +6,31 @@ use super::fast_map::FastMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+/// A lane's owner, and its times (epoch ms) for management.
+#[derive(Debug, Clone, Copy)]
+struct Binding {
+    owner: ConsumerId,
+    since_ms: u64,
+    /// The last delivery or acknowledgement of one of its messages, or the binding.
+    active_ms: u64,
+}
+
+/// One binding as management lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BindingTimes {
+    pub owner: ConsumerId,
+    /// When the owner took it (epoch ms).
+    pub since_ms: u64,
+    /// When one of its messages was last delivered or acknowledged, or it was bound
+    /// if that is later (epoch ms, to within a few ms: see [`GroupTable::touch`]).
+    pub active_ms: u64,
+}
+
 /// The group bindings of one queue.
 #[derive(Debug, Default)]
 pub struct GroupTable {
-    /// Each bound lane's owner, and since when (epoch ms) for management.
-    owner: FastMap<Arc<str>, (ConsumerId, u64)>,
+    /// Each bound lane's owner, and for management since when and when last active.
+    owner: FastMap<Arc<str>, Binding>,
     groups_per_consumer: FastMap<ConsumerId, usize>,
     /// `None` tracks every group; `Some(names)` hashes groups into these buckets.
     buckets: Option<Vec<Arc<str>>>,
@@ -50,23 +70,36 @@ impl GroupTable {
     }
 
     pub fn owner(&self, lane: &str) -> Option<ConsumerId> {
-        self.owner.get(lane).map(|(consumer, _)| *consumer)
+        self.owner.get(lane).map(|b| b.owner)
     }
 
     pub fn bind(&mut self, lane: Arc<str>, consumer: ConsumerId) {
-        if let Some((previous, _)) = self
-            .owner
-            .insert(lane, (consumer, super::message::now_ms()))
-        {
-            self.forget(previous);
+        let now = super::message::now_ms();
+        let binding = Binding {
+            owner: consumer,
+            since_ms: now,
+            active_ms: now,
+        };
+        if let Some(previous) = self.owner.insert(lane, binding) {
+            self.forget(previous.owner);
         }
         *self.groups_per_consumer.entry(consumer).or_default() += 1;
     }
 
     pub fn unbind(&mut self, lane: &str) -> Option<ConsumerId> {
-        let (previous, _) = self.owner.remove(lane)?;
+        let previous = self.owner.remove(lane)?.owner;
         self.forget(previous);
         Some(previous)
+    }
+
+    /// A message of `lane` was delivered or acknowledged at `now_ms` (a coarse
+    /// clock's reading: [`super::message::coarse_now_ms`]). Never moves back, so
+    /// a coarse reading a little behind the binding's exact time is no regress.
+    #[inline]
+    pub fn touch(&mut self, lane: &str, now_ms: u64) {
+        if let Some(binding) = self.owner.get_mut(lane) {
+            binding.active_ms = binding.active_ms.max(now_ms);
+        }
     }
 
     /// Releases every group of a consumer; returns the lanes it owned.
@@ -77,7 +110,7 @@ impl GroupTable {
         let lanes: Vec<Arc<str>> = self
             .owner
             .iter()
-            .filter(|(_, (owner, _))| *owner == consumer)
+            .filter(|(_, b)| b.owner == consumer)
             .map(|(lane, _)| lane.clone())
             .collect();
         for lane in &lanes {
@@ -90,15 +123,20 @@ impl GroupTable {
     pub fn bindings(&self) -> Vec<(Arc<str>, ConsumerId)> {
         self.owner
             .iter()
-            .map(|(lane, (owner, _))| (lane.clone(), *owner))
+            .map(|(lane, b)| (lane.clone(), b.owner))
             .collect()
     }
 
-    /// Every binding with the time (epoch ms) its owner took it, for management.
-    pub fn bindings_since(&self) -> impl Iterator<Item = (&Arc<str>, ConsumerId, u64)> + '_ {
-        self.owner
-            .iter()
-            .map(|(lane, (owner, since))| (lane, *owner, *since))
+    /// Every binding with its times, for management.
+    pub fn bindings_since(&self) -> impl Iterator<Item = (&Arc<str>, BindingTimes)> + '_ {
+        self.owner.iter().map(|(lane, b)| {
+            let times = BindingTimes {
+                owner: b.owner,
+                since_ms: b.since_ms,
+                active_ms: b.active_ms,
+            };
+            (lane, times)
+        })
     }
 
     /// The lane a management request names: a group id, or with buckets a
@@ -168,6 +206,22 @@ mod tests {
         assert_eq!(t.group_count(1), 0);
         assert_eq!(t.unbind("c"), Some(2));
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn activity_moves_forward_only_and_starts_at_the_binding() {
+        let mut t = GroupTable::new(-1);
+        t.bind(Arc::from("a"), 1);
+        let times = |t: &GroupTable| t.bindings_since().next().map(|(_, b)| b).unwrap();
+        let bound = times(&t);
+        assert_eq!(bound.active_ms, bound.since_ms);
+        t.touch("a", bound.since_ms + 50);
+        assert_eq!(times(&t).active_ms, bound.since_ms + 50);
+        // A coarse clock a tick behind does not move it back.
+        t.touch("a", bound.since_ms + 40);
+        assert_eq!(times(&t).active_ms, bound.since_ms + 50);
+        t.touch("unbound", u64::MAX);
+        assert_eq!(times(&t).since_ms, bound.since_ms);
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod producers;
 pub mod properties;
 pub mod queue;
 pub mod queue_record;
+pub mod rates;
 pub mod receipt;
 mod recovery_progress;
 pub mod schedule;

@@ -23,6 +23,24 @@ pub struct Connection {
     client_id: Option<String>,
     /// Epoch milliseconds.
     connected_at: u64,
+    messages: Messages,
+    rates: MessageRates,
+}
+
+/// Since the connection opened.
+#[derive(Serialize)]
+pub struct Messages {
+    /// From the client.
+    received: u64,
+    /// Delivered to the client.
+    sent: u64,
+}
+
+/// Messages per second, averaged since the previous reading at least a second earlier.
+#[derive(Serialize)]
+pub struct MessageRates {
+    received_per_second: f64,
+    sent_per_second: f64,
 }
 
 impl From<ConnectionInfo> for Connection {
@@ -38,6 +56,14 @@ impl From<ConnectionInfo> for Connection {
             user: d.user,
             client_id: d.client_id,
             connected_at: c.connected_at,
+            messages: Messages {
+                received: c.traffic.received,
+                sent: c.traffic.sent,
+            },
+            rates: MessageRates {
+                received_per_second: c.received_per_second,
+                sent_per_second: c.sent_per_second,
+            },
         }
     }
 }

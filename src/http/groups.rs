@@ -73,6 +73,9 @@ pub struct Group {
     ready: usize,
     /// When the owner took the group (epoch ms).
     owned_since_ms: u64,
+    /// When a message of the group was last delivered or acknowledged, or the group
+    /// bound if later (epoch ms).
+    last_activity_ms: u64,
 }
 
 fn viewable(caller: &Caller, name: &str) -> Result<Arc<Queue>, ApiError> {
@@ -108,6 +111,7 @@ pub async fn list(caller: Caller, Path(name): Path<String>) -> Result<Json<Group
                 unacked: g.in_flight,
                 ready: g.ready,
                 owned_since_ms: g.since_ms,
+                last_activity_ms: g.last_activity_ms,
             })
             .collect(),
     }))
@@ -167,6 +171,18 @@ pub struct Consumer {
     selector: Option<String>,
     /// Message groups it owns.
     groups: usize,
+    /// Messages handed to it since it attached (a browser: shown to it).
+    delivered: u64,
+    /// Of those, acknowledged.
+    acked: u64,
+    rates: ConsumerRates,
+}
+
+/// Messages per second, averaged since the previous reading at least a second earlier.
+#[derive(Serialize)]
+pub struct ConsumerRates {
+    delivered_per_second: f64,
+    acked_per_second: f64,
 }
 
 /// `GET /api/queues/{name}/consumers`
@@ -194,6 +210,12 @@ pub async fn consumers(
                 in_flight_bytes: c.in_flight_bytes,
                 selector: c.selector,
                 groups: c.groups,
+                delivered: c.delivered,
+                acked: c.acked,
+                rates: ConsumerRates {
+                    delivered_per_second: c.delivered_per_second,
+                    acked_per_second: c.acked_per_second,
+                },
             }
         })
         .collect();

@@ -12,7 +12,7 @@
 //! `Rewind<TlsStream>` that gives back the bytes a protocol sniffer read). Nothing in it
 //! allocates per frame.
 
-use crate::core::connections::Registration;
+use crate::core::connections::{Registration, Traffic};
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::{Deliveries, WakeBatch};
 use crate::core::queue::PendingAcks;
@@ -171,6 +171,10 @@ where
 
     /// At the end of every wake-up, after the flush.
     fn end_wake(&mut self) {}
+
+    /// The connection's messages so far, counted in plain fields as the protocol
+    /// handles them; the driver publishes them once per wake-up.
+    fn traffic(&self) -> Traffic;
 }
 
 /// Runs `conn` until it stops, the peer goes quiet or the broker shuts down. The caller
@@ -256,6 +260,7 @@ where
             return Ending::Stopped(stop);
         }
         conn.end_wake();
+        registration.publish(conn.traffic());
         if slice_spent {
             tokio::task::yield_now().await;
         }

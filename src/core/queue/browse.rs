@@ -62,6 +62,7 @@ impl Queue {
                     group_first: false,
                 });
                 wake |= matches!(pushed, Ok(true));
+                slot.activity.delivered += u64::from(pushed.is_ok());
             }
             if wake {
                 after.wake(&slot.sink);

@@ -11,6 +11,7 @@
 use super::browse::BrowseCursor;
 use crate::core::consumer::{ConsumerId, CreditMode, DeliverySink, MessageFilter};
 use crate::core::fast_map::{FastMap, FastSet};
+use crate::core::rates::RateWindow;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Bound;
@@ -39,11 +40,36 @@ pub struct Slot {
     pub passed_heads: FastSet<u64>,
     /// Who attached it, for management; set after it is added.
     pub owner: Option<Arc<ConsumerOwner>>,
+    /// What it was given and acknowledged, for management.
+    pub activity: Activity,
 }
 
 impl Slot {
     pub fn is_browser(&self) -> bool {
         self.browse.is_some()
+    }
+}
+
+/// A consumer's messages since it attached. Plain counts, not atomics: the
+/// hand-over and the acknowledgement hold the queue lock anyway and touch the
+/// slot beside them (its credit), so counting costs an add on a line already
+/// in cache; management reads them under the same lock.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Messages handed to it (a browser: shown to it).
+    pub delivered: u64,
+    /// Of those, acknowledged.
+    pub acked: u64,
+    /// The previous reading of both, for their rates.
+    window: RateWindow<2>,
+}
+
+impl Activity {
+    /// Delivered and acknowledged per second since the previous reading at least
+    /// [`crate::core::rates::RATE_WINDOW`] before `now`.
+    pub fn rates_at(&mut self, now: std::time::Instant) -> (f64, f64) {
+        let [delivered, acked] = self.window.rates_at(now, [self.delivered, self.acked]);
+        (delivered, acked)
     }
 }
 
@@ -80,6 +106,11 @@ impl Consumers {
     /// Every attached consumer, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = &Slot> {
         self.places.iter().flatten().map(|p| &p.slot)
+    }
+
+    /// [`Consumers::iter`], to update what management reads (rates).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Slot> {
+        self.places.iter_mut().flatten().map(|p| &mut p.slot)
     }
 
     /// The consumer at `index`, which must be attached (an index from
@@ -275,6 +306,7 @@ mod tests {
             scanned_to: 0,
             passed_heads: FastSet::default(),
             owner: None,
+            activity: Activity::default(),
         }
     }
 

@@ -3,8 +3,9 @@
 //! queue touches anyway, nothing is allocated, and readers need no lock (a reading may
 //! be a few events behind another, which a rate or a dashboard does not mind).
 
+use crate::core::rates::RateWindow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -13,27 +14,16 @@ pub struct Counters {
     expired: AtomicU64,
     dead_lettered: AtomicU64,
     redelivered: AtomicU64,
-    /// The last reading the rates were computed from; only management reads it.
-    rates: parking_lot::Mutex<Option<Reading>>,
+    /// The last reading of enqueued and acked, for their rates; only management reads it.
+    rates: parking_lot::Mutex<RateWindow<2>>,
 }
 
 /// Messages per second, averaged since the previous reading at least
-/// [`RATE_WINDOW`] earlier (see [`Counters::rates`]).
+/// [`crate::core::rates::RATE_WINDOW`] earlier (see [`Counters::rates`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Rates {
     pub enqueued: f64,
     pub acked: f64,
-}
-
-/// Readings closer together than this repeat the last rates: a dashboard that
-/// polls often would otherwise see the noise of a few messages.
-pub const RATE_WINDOW: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone, Copy)]
-struct Reading {
-    at: Instant,
-    totals: Totals,
-    rates: Rates,
 }
 
 /// The counters read at one moment.
@@ -85,25 +75,11 @@ impl Counters {
 
     fn rates_at(&self, now: Instant) -> Rates {
         let totals = self.totals();
-        let mut last = self.rates.lock();
-        let rates = match *last {
-            Some(r) if now.saturating_duration_since(r.at) < RATE_WINDOW => return r.rates,
-            Some(r) => {
-                let seconds = now.saturating_duration_since(r.at).as_secs_f64();
-                let per_second = |now: u64, then: u64| now.saturating_sub(then) as f64 / seconds;
-                Rates {
-                    enqueued: per_second(totals.enqueued, r.totals.enqueued),
-                    acked: per_second(totals.acked, r.totals.acked),
-                }
-            }
-            None => Rates::default(),
-        };
-        *last = Some(Reading {
-            at: now,
-            totals,
-            rates,
-        });
-        rates
+        let [enqueued, acked] = self
+            .rates
+            .lock()
+            .rates_at(now, [totals.enqueued, totals.acked]);
+        Rates { enqueued, acked }
     }
 
     pub fn totals(&self) -> Totals {
@@ -120,6 +96,7 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::rates::RATE_WINDOW;
 
     #[test]
     fn rates_are_averaged_over_at_least_a_window() {

@@ -9,7 +9,7 @@ use super::ready::{Entry, Pick};
 use super::{Diversion, InFlight, Queue, State};
 use crate::core::consumer::{ConsumerId, Delivery, MessageFilter};
 use crate::core::memory::PagingOut;
-use crate::core::message::{now_ms, Message};
+use crate::core::message::{coarse_now_ms, now_ms, Message};
 use crate::core::persist;
 use crate::store::{Completion, MessageKey, Op, Record};
 use std::sync::Arc;
@@ -340,7 +340,13 @@ impl Queue {
         st.consumers.served(index);
         if sent {
             st.flow.delivered();
-            st.consumers.slot_mut(index).in_flight_bytes += entry.charge.bytes();
+            let slot = st.consumers.slot_mut(index);
+            slot.in_flight_bytes += entry.charge.bytes();
+            slot.activity.delivered += 1;
+            if let (Some(lane), true) = (&entry.lane, owned) {
+                // A group bound just now has its binding's time already.
+                st.groups.touch(lane, coarse_now_ms());
+            }
             st.in_flight.insert(
                 entry.seq,
                 InFlight {

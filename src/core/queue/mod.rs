@@ -574,6 +574,7 @@ impl Queue {
                     scanned_to: 0,
                     passed_heads: Default::default(),
                     owner: None,
+                    activity: Default::default(),
                 },
                 st.settings.exclusive,
             );

@@ -9,6 +9,7 @@ use crate::core::consumer::{ConsumerId, ConsumerOwner, CreditMode};
 use crate::core::fast_map::FastMap;
 use crate::core::grouping::GroupTable;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// One bound group (or, with `group_buckets`, one bucket).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,10 +26,13 @@ pub struct GroupInfo {
     pub ready: usize,
     /// When the owner took it (epoch ms).
     pub since_ms: u64,
+    /// When one of its messages was last delivered or acknowledged, or it was
+    /// bound if that is later (epoch ms, to within a few ms).
+    pub last_activity_ms: u64,
 }
 
 /// One consumer of a queue.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerInfo {
     pub id: ConsumerId,
     pub owner: Option<ConsumerOwner>,
@@ -42,6 +46,13 @@ pub struct ConsumerInfo {
     pub in_flight_bytes: u64,
     pub selector: Option<String>,
     pub groups: usize,
+    /// Messages handed to it since it attached (a browser: shown to it).
+    pub delivered: u64,
+    /// Of those, acknowledged.
+    pub acked: u64,
+    /// Both per second lately (see [`crate::core::rates::RATE_WINDOW`]).
+    pub delivered_per_second: f64,
+    pub acked_per_second: f64,
 }
 
 impl Queue {
@@ -64,13 +75,14 @@ impl Queue {
         let mut groups: Vec<GroupInfo> = st
             .groups
             .bindings_since()
-            .map(|(lane, owner, since_ms)| GroupInfo {
+            .map(|(lane, times)| GroupInfo {
                 group: GroupTable::display_name(lane).to_owned(),
                 bucket,
-                consumer: (owner != PAUSED).then_some(owner),
+                consumer: (times.owner != PAUSED).then_some(times.owner),
                 in_flight: in_flight.get(&**lane).copied().unwrap_or(0),
                 ready: ready.get(&**lane).copied().unwrap_or(0),
-                since_ms,
+                since_ms: times.since_ms,
+                last_activity_ms: times.active_ms,
             })
             .collect();
         groups.sort_unstable_by(|a, b| a.group.cmp(&b.group));
@@ -115,34 +127,45 @@ impl Queue {
         reset
     }
 
-    /// Every consumer (browsers too), in the order they attached.
+    /// Every consumer (browsers too), in the order they attached. Takes each
+    /// one's rates, so it moves their readings on (see [`super::consumers::Activity::rates_at`]).
     pub fn consumers(&self) -> Vec<ConsumerInfo> {
-        let st = self.state.lock();
+        let mut guard = self.state.lock();
+        let st = &mut *guard;
         let mut in_flight: FastMap<ConsumerId, usize> = FastMap::default();
         for flight in st.in_flight.values() {
             *in_flight.entry(flight.consumer).or_default() += 1;
         }
+        let now = Instant::now();
+        let groups = &st.groups;
         let mut consumers: Vec<ConsumerInfo> = st
             .consumers
-            .iter()
-            .map(|slot| ConsumerInfo {
-                id: slot.id,
-                owner: slot.owner.as_deref().cloned(),
-                browser: slot.is_browser(),
-                priority: slot.priority,
-                credit: slot.credit,
-                window: match slot.mode {
-                    CreditMode::Window(n) => Some(n),
-                    CreditMode::Explicit => None,
-                },
-                in_flight: in_flight.get(&slot.id).copied().unwrap_or(0),
-                in_flight_bytes: slot.in_flight_bytes,
-                selector: slot
-                    .filter
-                    .as_deref()
-                    .and_then(|f| f.text())
-                    .map(str::to_owned),
-                groups: st.groups.group_count(slot.id),
+            .iter_mut()
+            .map(|slot| {
+                let (delivered_per_second, acked_per_second) = slot.activity.rates_at(now);
+                ConsumerInfo {
+                    id: slot.id,
+                    owner: slot.owner.as_deref().cloned(),
+                    browser: slot.is_browser(),
+                    priority: slot.priority,
+                    credit: slot.credit,
+                    window: match slot.mode {
+                        CreditMode::Window(n) => Some(n),
+                        CreditMode::Explicit => None,
+                    },
+                    in_flight: in_flight.get(&slot.id).copied().unwrap_or(0),
+                    in_flight_bytes: slot.in_flight_bytes,
+                    selector: slot
+                        .filter
+                        .as_deref()
+                        .and_then(|f| f.text())
+                        .map(str::to_owned),
+                    groups: groups.group_count(slot.id),
+                    delivered: slot.activity.delivered,
+                    acked: slot.activity.acked,
+                    delivered_per_second,
+                    acked_per_second,
+                }
             })
             .collect();
         consumers.sort_unstable_by_key(|c| c.id);
@@ -245,6 +268,26 @@ mod tests {
             (Some("alice"), Some("app-1"))
         );
         assert_eq!(consumers[0].window, Some(1));
+    }
+
+    #[tokio::test]
+    async fn consumers_count_what_they_were_given_and_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = open(dir.path(), QueueSettings::default());
+        let (a, mut arx) = consumer(&broker, 10);
+        for body in ["1", "2", "3"] {
+            send(&broker, body, None);
+        }
+        let mut seqs = Vec::new();
+        for _ in 0..3 {
+            seqs.push(next(&mut arx).await.seq);
+        }
+        let queue = broker.queue("q").unwrap();
+        queue.ack(a.consumer(), &seqs[..2]).unwrap();
+        let c = &queue.consumers()[0];
+        assert_eq!((c.delivered, c.acked), (3, 2));
+        // The first reading has nothing to compare with.
+        assert_eq!((c.delivered_per_second, c.acked_per_second), (0.0, 0.0));
     }
 
     #[tokio::test]

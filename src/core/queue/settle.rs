@@ -4,13 +4,14 @@
 //! after its redelivery delay, or to the dead-letter address when its
 //! attempts are used up.
 
+use super::consumers::Slot;
 use super::effects::AfterUnlock;
 use super::ready::Entry;
 use super::redelivery;
 use super::{Diversion, InFlight, Queue, State};
 use crate::core::consumer::{ConsumerId, CreditMode, Release};
 use crate::core::error::CoreError;
-use crate::core::message::{now_ms, Message};
+use crate::core::message::{coarse_now_ms, now_ms, Message};
 use crate::core::receipt::Receipt;
 use crate::store::{Completion, MessageKey, Op};
 use std::sync::{Arc, MutexGuard};
@@ -61,11 +62,17 @@ impl Queue {
             let mut result = Ok(());
             let mut acked = 0;
             let mut freed = 0;
+            // Read once per batch, and only for a batch with grouped messages.
+            let mut now = None;
             for &seq in seqs {
                 let Some(flight) = take_in_flight_of(&mut st, seq, consumer) else {
                     result = Err(CoreError::UnknownDelivery(seq));
                     continue;
                 };
+                if let Some(lane) = &flight.entry.lane {
+                    st.groups
+                        .touch(lane, *now.get_or_insert_with(coarse_now_ms));
+                }
                 freed += flight.entry.charge.into_bytes();
                 if flight.entry.persisted {
                     deletes.push(Op::DeleteMessage {
@@ -78,7 +85,7 @@ impl Queue {
                 acked += 1;
             }
             self.memory.release_bytes(freed);
-            refill(&mut st, consumer, acked);
+            settle_acked(&mut st, consumer, acked);
             self.counters.acked(u64::from(acked));
             // Submitted under the lock so the store sees this queue's changes in order.
             let completion = match deletes.len() {
@@ -291,9 +298,25 @@ fn refill(st: &mut State, consumer: ConsumerId, settled: u32) {
         return;
     }
     if let Some(slot) = st.consumers.get_mut(consumer) {
-        if let CreditMode::Window(window) = slot.mode {
-            slot.credit = slot.credit.saturating_add(settled).min(window);
-        }
+        refill_slot(slot, settled);
+    }
+}
+
+/// [`refill`] for `acked` acknowledged deliveries, counted for management with
+/// the same lookup of the consumer.
+fn settle_acked(st: &mut State, consumer: ConsumerId, acked: u32) {
+    if acked == 0 {
+        return;
+    }
+    if let Some(slot) = st.consumers.get_mut(consumer) {
+        refill_slot(slot, acked);
+        slot.activity.acked += u64::from(acked);
+    }
+}
+
+fn refill_slot(slot: &mut Slot, settled: u32) {
+    if let CreditMode::Window(window) = slot.mode {
+        slot.credit = slot.credit.saturating_add(settled).min(window);
     }
 }
 

@@ -7,7 +7,7 @@ use super::convert::{self, DeliveryInfo};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
 use super::session::{one_line, receipt_frame, AckMode, Session, SessionError};
-use crate::core::connections::Descriptor;
+use crate::core::connections::{Descriptor, Traffic};
 use crate::core::consumer::{ConsumerId, Delivery};
 use crate::core::deliveries::Deliveries;
 use crate::core::fast_map::FastMap;
@@ -550,6 +550,7 @@ where
                 next = io.deliveries.try_recv().ok();
             }
         }
+        self.session.traffic.sent += written as u64;
         // The frames before a failed one still go out, ahead of the ERROR frame.
         self.session
             .parts
@@ -623,6 +624,10 @@ where
         SinkExt::<Outbound>::flush(&mut io.framed).await?;
         io.last_write = Instant::now();
         Ok(())
+    }
+
+    fn traffic(&self) -> Traffic {
+        self.session.traffic
     }
 }
 

@@ -6,6 +6,7 @@ use super::connection::StompOptions;
 use super::convert::{self, ConvertError, Destination};
 use super::error::StompError;
 use super::frame::{Command, Frame, HeaderText, Version};
+use crate::core::connections::Traffic;
 use crate::core::consumer::{ConsumerId, ConsumerOptions, CreditMode, MessageFilter, Release};
 use crate::core::factory::ProducerGroup;
 use crate::core::fast_map::FastMap;
@@ -139,6 +140,8 @@ pub(super) struct Session {
     /// policy, memory limit reached): nothing more is read until it lets
     /// them go. Deliveries and receipts still go out.
     pub(super) blocked_by: Option<Arc<crate::core::queue::Queue>>,
+    /// SEND frames read and MESSAGE frames written, for management.
+    pub(super) traffic: Traffic,
 }
 
 impl Session {
@@ -170,6 +173,7 @@ impl Session {
             producer: ProducerGroup::default(),
             pending_acks: PendingAcks::default(),
             blocked_by: None,
+            traffic: Traffic::default(),
         }
     }
 
@@ -227,6 +231,8 @@ impl Session {
     }
 
     fn on_send(&mut self, frame: &Frame, receipt: Option<String>) -> Result<(), SessionError> {
+        // Received whether or not it is taken: a refusal ends the connection anyway.
+        self.traffic.received += 1;
         let dest = convert::parse_destination(required(frame, "destination")?)?;
         let mut message = convert::message_from_send(
             frame,

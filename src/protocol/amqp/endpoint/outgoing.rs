@@ -65,6 +65,8 @@ pub struct Outgoing {
     /// A frame that could not be encoded: nothing after it is queued, and the
     /// flush reports it once what came before is written.
     failed: Option<AmqpCodecError>,
+    /// Deliveries queued since the connection opened, for management.
+    deliveries: u64,
 }
 
 impl Default for Outgoing {
@@ -77,6 +79,7 @@ impl Default for Outgoing {
             split_at: u32::MAX,
             staging: Staging::default(),
             failed: None,
+            deliveries: 0,
         }
     }
 }
@@ -90,6 +93,12 @@ impl Outgoing {
     /// spec's minimum; a split delivery uses it as it is).
     pub fn set_split_at(&mut self, announced: u32) {
         self.split_at = announced;
+    }
+
+    /// Deliveries queued since the connection opened (once each, however many
+    /// frames it took).
+    pub fn deliveries(&self) -> u64 {
+        self.deliveries
     }
 
     pub fn is_empty(&self) -> bool {
@@ -149,6 +158,7 @@ impl Outgoing {
             return Placed::TooLarge;
         }
         self.parts.put_body(&mut self.buf, &tail);
+        self.deliveries += 1;
         Placed::OneFrame
     }
 
@@ -164,6 +174,7 @@ impl Outgoing {
     ) -> u32 {
         let tail = write_message(self.staging.room(len));
         let payload = self.staging.take();
+        self.deliveries += 1;
         self.send_transfer(start, payload, tail.unwrap_or_default())
     }
 

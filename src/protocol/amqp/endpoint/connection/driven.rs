@@ -2,6 +2,7 @@
 //! frames read, the deliveries from the core and the disk writes waited for.
 
 use super::{Connection, Stop, DELIVERY_BATCH};
+use crate::core::connections::Traffic;
 use crate::core::consumer::Delivery;
 use crate::core::deliveries::Deliveries;
 use crate::core::message::now_ms;
@@ -167,6 +168,13 @@ where
         }
         if self.withheld_by.is_none() {
             self.withheld_by = self.sessions.values().find_map(Session::withheld_queue);
+        }
+    }
+
+    fn traffic(&self) -> Traffic {
+        Traffic {
+            received: self.received,
+            sent: self.out.deliveries(),
         }
     }
 }

@@ -164,6 +164,7 @@ async fn run<S>(
         remote_idle: None,
         faults: ClientFaults::default(),
         withheld_by: None,
+        received: 0,
     };
     let opened = tokio::select! {
         result = conn.open(&mut io, &peer, &login) => result,
@@ -244,6 +245,8 @@ struct Connection {
     /// it does, those links get no credit (see `Session::regrant`); every
     /// other link, and every consumer, goes on.
     withheld_by: Option<Arc<Queue>>,
+    /// Whole messages the peer transferred, for management.
+    received: u64,
 }
 
 impl Connection {
@@ -600,14 +603,18 @@ impl Connection {
                 self.drain =
                     session.flow(&mut self.out, &mut self.pending_acks, self.drain, flow)?
             }
-            Performative::Transfer(transfer) => session.transfer(
-                &self.env,
-                &mut self.out,
-                &mut self.txns,
-                &mut self.waits,
-                transfer,
-                payload,
-            )?,
+            Performative::Transfer(transfer) => {
+                // A message may span several transfers: its last one counts it.
+                self.received += u64::from(!transfer.more && !transfer.aborted);
+                session.transfer(
+                    &self.env,
+                    &mut self.out,
+                    &mut self.txns,
+                    &mut self.waits,
+                    transfer,
+                    payload,
+                )?
+            }
             Performative::Disposition(d) => session.disposition(&mut self.out, &mut self.txns, d),
             other => {
                 return Err(SessionError::Connection(AmqpError::new(
