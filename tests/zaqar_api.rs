@@ -575,19 +575,30 @@ fn queue_metadata_survives_a_restart_and_delays_stomp_sends_too() {
     );
 }
 
+/// Queue `name` made through the Zaqar API with `metadata`, and the two APIs to reach it
+/// (the management one needs no login on a broker without users).
+fn made_by_zaqar(
+    broker: &BrokerProcess,
+    name: &str,
+    metadata: Value,
+) -> (Zaqar, common::http::Api) {
+    let z = Zaqar::new(broker);
+    let r = z.send("PUT", &format!("/v2/queues/{name}"), Some(metadata));
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let api = common::http::Api::new(broker.http.expect("HTTP listener"), "admin");
+    (z, api)
+}
+
 /// The default delay is the queue's setting, whoever changes it: the management API's
 /// change shows in Zaqar's metadata and delays Zaqar's posts as much as STOMP's sends.
 #[test]
 fn a_default_delay_changed_by_management_holds_for_zaqar_too() {
     let (_dir, broker) = start();
-    let z = Zaqar::new(&broker);
-    let r = z.send(
-        "PUT",
-        "/v2/queues/shared",
-        Some(json!({"_default_message_delay": 30, "colour": "blue"})),
+    let (z, api) = made_by_zaqar(
+        &broker,
+        "shared",
+        json!({"_default_message_delay": 30, "colour": "blue"}),
     );
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let api = common::http::Api::new(broker.http.expect("HTTP listener"), "admin");
     let r = api.patch(
         "/api/queues/shared",
         None,
@@ -644,14 +655,11 @@ fn a_default_delay_changed_by_management_holds_for_zaqar_too() {
 #[test]
 fn the_management_api_shows_and_replaces_zaqar_metadata() {
     let (_dir, broker) = start();
-    let z = Zaqar::new(&broker);
-    let r = z.send(
-        "PUT",
-        "/v2/queues/meta",
-        Some(json!({"_default_message_delay": 5, "colour": "blue"})),
+    let (z, api) = made_by_zaqar(
+        &broker,
+        "meta",
+        json!({"_default_message_delay": 5, "colour": "blue"}),
     );
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let api = common::http::Api::new(broker.http.expect("HTTP listener"), "admin");
     let detail: Value = api.get("/api/queues/meta", None).json().unwrap();
     assert_eq!(detail["metadata"], json!({"colour": "blue"}), "{detail}");
     assert_eq!(detail["settings"]["default_message_delay"], 5000);
