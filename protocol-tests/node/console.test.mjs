@@ -391,6 +391,8 @@ test('beyond a page of the API, the console still counts and finds every queue',
   { timeout: 10000 }, listed.total);
   // The queues table finds the last one by name, with its depth.
   await page.click('a[data-nav=queues]');
+  // The click changes the route; the queues page mounts a moment later.
+  await page.waitForSelector('#filter', { timeout: 10000 });
   await page.type('#filter', last);
   const row = `tr[data-queue="${last}"]`;
   await page.waitForSelector(row, { timeout: 10000 });
