@@ -4,7 +4,8 @@
 use super::context::Ctx;
 use super::error::{Result, ZaqarError};
 use super::limits;
-use super::queues::{flag, number, parse_json};
+use super::posted;
+use super::queues::{flag, number};
 use super::render::{self, message_json, CLIENT_ID_PROPERTY};
 use crate::core::claims::{ClaimError, ClaimTerms};
 use crate::core::message::{now_ms, Message, Value as CoreValue};
@@ -30,10 +31,10 @@ fn base(queue: &str) -> String {
 
 pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Response> {
     let weir = ctx.weir_name(&queue)?;
-    let rules = ctx
-        .broker
-        .queue(&weir)
-        .map(|q| super::metadata::rules(&q))
+    let existing = ctx.broker.queue(&weir);
+    let rules = existing
+        .as_ref()
+        .map(|q| super::metadata::rules(q))
         .unwrap_or_default();
     if body.len() > rules.max_messages_post_size {
         return Err(ZaqarError::BadRequest(format!(
@@ -41,12 +42,7 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
             rules.max_messages_post_size
         )));
     }
-    let doc = parse_json(&body)?;
-    let Some(Value::Array(posted)) = doc.get("messages") else {
-        return Err(ZaqarError::BadRequest(
-            "No messages were found in the request body.".into(),
-        ));
-    };
+    let posted = posted::read(&body)?;
     if posted.is_empty() || posted.len() > limits::MAX_MESSAGES_PER_PAGE as usize {
         return Err(ZaqarError::BadRequest(format!(
             "No more than {} messages may be posted at once, and at least one.",
@@ -56,46 +52,40 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
     let now = now_ms();
     let mut messages = Vec::with_capacity(posted.len());
     let ids = render::new_message_ids(posted.len());
-    for (item, id) in posted.iter().zip(&ids) {
-        let Value::Object(item) = item else {
-            return Err(ZaqarError::BadRequest(
-                "Each message must be a JSON object.".into(),
-            ));
-        };
-        let Some(body) = item.get("body") else {
+    // One of each for the whole batch: every message shares them.
+    let address: Arc<str> = Arc::from(weir.as_str());
+    let json_type: Arc<str> = Arc::from("application/json");
+    let client_id_key: Arc<str> = Arc::from(CLIENT_ID_PROPERTY);
+    let client_id = CoreValue::String(Arc::from(ctx.client_id.as_str()));
+    for (item, id) in posted.into_iter().zip(&ids) {
+        let Some(body) = item.body else {
             return Err(ZaqarError::BadRequest("Missing \"body\" field.".into()));
         };
-        let ttl = match item.get("ttl").filter(|v| !v.is_null()) {
+        let ttl = match &item.ttl {
             None => rules.default_message_ttl,
             Some(v) => in_range(v, "ttl", limits::MIN_MESSAGE_TTL, limits::MAX_MESSAGE_TTL)?,
         };
         // As the delayed-queues seed says (and released Zaqar does): a
         // message's delay counts only on a queue with a default delay.
-        let delay_ms = match (
-            rules.default_message_delay_ms,
-            item.get("delay").filter(|v| !v.is_null()),
-        ) {
+        let delay_ms = match (rules.default_message_delay_ms, &item.delay) {
             (0, _) => 0,
             (default, None) => default,
             (_, Some(v)) => in_range(v, "delay", 0, limits::MAX_MESSAGE_DELAY)? * 1000,
         };
-        let encoded = serde_json::to_vec(body)
-            .map_err(|e| ZaqarError::BadRequest(format!("Message body is not JSON: {e}")))?;
-        let mut message = Message::new(Arc::from(weir.as_str()), Bytes::from(encoded), now);
+        let mut message = Message::new(address.clone(), body, now);
         message.message_id = Some(Arc::from(id.as_str()));
-        message.content_type = Some(Arc::from("application/json"));
+        message.content_type = Some(json_type.clone());
         message.durable = true;
         message.expires_at = Some(now + ttl * 1000);
         // Due now when its delay is 0: the queue's own default delay (the same
         // `_default_message_delay`) must not apply to it a second time.
         message.due_at = Some(now + delay_ms);
-        message.properties.push((
-            Arc::from(CLIENT_ID_PROPERTY),
-            CoreValue::String(Arc::from(ctx.client_id.as_str())),
-        ));
+        message
+            .properties
+            .push((client_id_key.clone(), client_id.clone()));
         messages.push(Arc::new(message));
     }
-    let q = match ctx.broker.queue(&weir) {
+    let q = match existing {
         Some(q) => q,
         // Zaqar makes a queue when a message is first posted to it.
         None => ctx.broker.create_queue_as(&weir, &ctx.principal)?.0,
@@ -107,14 +97,39 @@ pub async fn post(ctx: Ctx, Path(queue): Path<String>, body: Bytes) -> Result<Re
     }
     // Answered only once every message is on disk.
     Receipt::all(receipts).durability().wait().await?;
-    let path = format!("{}/messages", base(&queue));
-    let hrefs: Vec<String> = ids.iter().map(|id| format!("{path}/{id}")).collect();
     Ok((
         StatusCode::CREATED,
-        [(header::LOCATION, format!("{path}?ids={}", ids.join(",")))],
-        Json(json!({"resources": hrefs})),
+        [
+            (header::LOCATION, created_location(&queue, &ids)),
+            (header::CONTENT_TYPE, "application/json".into()),
+        ],
+        created_body(&queue, &ids),
     )
         .into_response())
+}
+
+/// `…/messages?ids=a,b`: where the posted messages are.
+fn created_location(queue: &str, ids: &[String]) -> String {
+    format!("{}/messages?ids={}", base(queue), ids.join(","))
+}
+
+/// `{"resources": ["/v2/queues/q/messages/a", …]}`, written directly:
+/// queue names and message ids need no escaping in JSON.
+fn created_body(queue: &str, ids: &[String]) -> String {
+    let path = format!("{}/messages/", base(queue));
+    let mut out = String::with_capacity(16 + ids.len() * (path.len() + 40));
+    out.push_str(r#"{"resources":["#);
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        out.push_str(&path);
+        out.push_str(id);
+        out.push('"');
+    }
+    out.push_str("]}");
+    out
 }
 
 fn in_range(value: &Value, name: &str, min: u64, max: u64) -> Result<u64> {

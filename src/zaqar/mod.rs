@@ -21,6 +21,7 @@ mod limits;
 mod messages;
 pub(crate) mod metadata;
 mod names;
+mod posted;
 mod queues;
 mod render;
 
