@@ -52,6 +52,9 @@ struct Args {
     /// `X-Project-Id` of every request.
     #[arg(long, default_value = "weirbench")]
     project: String,
+    /// Leave the queue after the run (by default it is deleted, untimed).
+    #[arg(long)]
+    keep_queue: bool,
     /// Concurrent posters (post) or claimers (claim-delete).
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -173,6 +176,11 @@ impl Api {
         self.expect(rb, &[StatusCode::CREATED, StatusCode::NO_CONTENT])
             .await
             .map(|_| ())
+    }
+
+    async fn delete_queue(&self) -> Result<(), RunError> {
+        let rb = self.request(reqwest::Method::DELETE, "");
+        self.expect(rb, &[StatusCode::NO_CONTENT]).await.map(|_| ())
     }
 
     async fn post(&self, body: String) -> Result<(), RunError> {
@@ -618,6 +626,12 @@ fn main() -> ExitCode {
             Scenario::ClaimDelete => run_claim_delete(&args, &http).await,
             Scenario::Delay => run_delay(&args, &http).await,
         };
+        // Untimed: what one run left must not weigh on the next.
+        if result.is_ok() && !args.keep_queue {
+            if let Err(e) = Api::new(&http, &args, 0).delete_queue().await {
+                eprintln!("zaqar_load: deleting the queue: {e}");
+            }
+        }
         match result {
             Err(e) => {
                 eprintln!("zaqar_load: {e}");
