@@ -5,7 +5,7 @@
 mod common;
 
 use common::http::{assert_error, Api};
-use common::{free_port, users_config, BrokerProcess, Stomp};
+use common::{free_port, users_config, BrokerProcess, Frame, Stomp};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::process::{Command, Stdio};
@@ -508,6 +508,15 @@ fn listed_connection(api: &Api, client_id: &str) -> Value {
         .clone()
 }
 
+/// Acknowledges `job` with a receipt, waits for it, and lists the connection.
+/// Its receipt comes in a later wake-up than the frames before it, so the
+/// counts (published at the end of each wake-up) are up to date once it is here.
+fn acked_then_listed(client: &mut Stomp, job: &Frame, receipt: &str, api: &Api) -> Value {
+    client.ack_receipted(job, receipt);
+    assert_eq!(client.recv().expect("RECEIPT").command, "RECEIPT");
+    listed_connection(api, "worker-7")
+}
+
 #[test]
 fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
     let (_dir, broker, api) = start(Some(&config()));
@@ -526,11 +535,7 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
     }
     client.subscribe("1", "/queue/jobs", "client-individual");
     let jobs: Vec<_> = (0..3).map(|_| client.recv().expect("a job")).collect();
-    // Its receipt comes in a later wake-up than the frames before it, so the counts
-    // (published at the end of each wake-up) are up to date once it is here.
-    client.ack_receipted(&jobs[0], "a0");
-    assert_eq!(client.recv().expect("RECEIPT").command, "RECEIPT");
-    let ours = listed_connection(&api, "worker-7");
+    let ours = acked_then_listed(&mut client, &jobs[0], "a0", &api);
     assert_eq!(
         ours["messages"],
         serde_json::json!({"received": 3, "sent": 3})
@@ -545,9 +550,7 @@ fn connections_are_listed_and_closed_with_a_protocol_goodbye() {
     for i in 3..5 {
         client.send_receipted("/queue/other", &format!("job-{i}"), &[], &format!("s{i}"));
     }
-    client.ack_receipted(&jobs[1], "a1");
-    assert_eq!(client.recv().expect("RECEIPT").command, "RECEIPT");
-    let ours = listed_connection(&api, "worker-7");
+    let ours = acked_then_listed(&mut client, &jobs[1], "a1", &api);
     assert_eq!(
         ours["messages"],
         serde_json::json!({"received": 5, "sent": 3})
