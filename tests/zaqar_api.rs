@@ -465,6 +465,47 @@ fn posted_over_http_consumed_over_stomp_and_back() {
 }
 
 #[test]
+fn posted_bodies_reach_stomp_as_serde_json_writes_them_while_the_queue_pages() {
+    // Two in memory: the rest of each post is paged on the way in.
+    let dir = tempfile::tempdir().unwrap();
+    let config = "[[queues]]\nname = \"paged\"\nmax_memory_messages = 2\n";
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(config));
+    let z = Zaqar::new(&broker);
+    // As a client that is not serde_json writes them: spaces, keys unsorted,
+    // escapes; and bodies already in serde_json's form, kept as they came.
+    let posts = [
+        r#"{"messages": [{"body": {"b": 1, "a": [true, null]}, "ttl": 300}, {"body": "caf\u00e9"}, {"body": 7}]}"#,
+        r#"{"messages":[{"body":{"a":"x","b":2}},{"body":[1,"two"]},{"body":null,"delay":5}]}"#,
+    ];
+    for post in posts {
+        let r = z
+            .req("POST", "/v2/queues/paged/messages")
+            .header("Content-Type", "application/json")
+            .body(post)
+            .send()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::CREATED);
+    }
+    let mut stomp = broker.client();
+    stomp.subscribe("1", "/queue/paged", "auto");
+    // The delay is ignored: the queue has no default delay (the seed's scenario 3).
+    let got: Vec<String> = (0..6)
+        .map(|_| String::from_utf8(stomp.recv().expect("MESSAGE").body.to_vec()).unwrap())
+        .collect();
+    assert_eq!(
+        got,
+        [
+            r#"{"a":[true,null],"b":1}"#,
+            "\"café\"",
+            "7",
+            r#"{"a":"x","b":2}"#,
+            r#"[1,"two"]"#,
+            "null",
+        ]
+    );
+}
+
+#[test]
 fn claimed_messages_wait_for_the_claim_before_stomp_gets_them() {
     let (_dir, broker) = start();
     let z = Zaqar::new(&broker);
