@@ -328,6 +328,99 @@ fn the_schedule_of_a_running_broker_is_listed_cancelled_and_rescheduled() {
     assert_eq!(items[0]["body_preview"], "", "listed without bodies");
 }
 
+/// `weir schedule view` shows one waiting message in full, the same from the running
+/// broker and from its stopped data dir; a key that names nothing is an error in both.
+#[test]
+fn a_waiting_message_is_viewed_live_and_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = BrokerProcess::start_with_http(&dir.path().join("data"), Some(&config()));
+    let mut producer = Stomp::connect(broker.stomp, &[("login", "admin"), ("passcode", "pw")]);
+    producer.send_receipted(
+        "/queue/later",
+        "hello\nsecond line",
+        &[
+            ("persistent", "true"),
+            ("AMQ_SCHEDULED_DELAY", "600000"),
+            ("colour", "red"),
+            ("correlation-id", "corr-1"),
+        ],
+        "text",
+    );
+    producer.send_frame(
+        "SEND",
+        &[
+            ("destination", "/queue/later"),
+            ("persistent", "true"),
+            ("AMQ_SCHEDULED_DELAY", "700000"),
+            ("receipt", "binary"),
+        ],
+        &[0xff, 0x00, 0x10, 0x80],
+    );
+    assert_eq!(producer.recv().expect("RECEIPT").command, "RECEIPT");
+    let schedule = |args: &[&str]| weir(&broker, "schedule", "auditor", args);
+    let listed = ok(schedule(&["list", "--queue", "later"]));
+    let keys: Vec<String> = listed
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap().to_owned())
+        .collect();
+    let [text_key, binary_key] = keys.as_slice() else {
+        panic!("two waiting messages in\n{listed}");
+    };
+    let due_ms: u64 = text_key.split(':').next().unwrap().parse().unwrap();
+
+    let check_text = |shown: &str| {
+        assert_eq!(row(shown, "key")[1], *text_key, "{shown}");
+        assert_eq!(row(shown, "queue")[1], "later", "{shown}");
+        assert_eq!(row(shown, "due_ms")[1], due_ms.to_string(), "{shown}");
+        assert_eq!(row(shown, "kept")[1], "yes", "{shown}");
+        assert_eq!(row(shown, "header.correlation_id")[1], "corr-1", "{shown}");
+        assert_eq!(row(shown, "property.colour")[1], "red", "{shown}");
+        assert!(
+            shown.ends_with("\nbody (17 bytes):\nhello\nsecond line\n"),
+            "{shown}"
+        );
+    };
+    let check_binary = |shown: &str| {
+        assert_eq!(row(shown, "key")[1], *binary_key, "{shown}");
+        assert!(
+            shown.ends_with("\nbody (4 bytes, not UTF-8; the first 4 in hex):\nff 00 10 80\n"),
+            "{shown}"
+        );
+    };
+    check_text(&ok(schedule(&["view", text_key])));
+    check_binary(&ok(schedule(&["view", binary_key])));
+    let json: Value = serde_json::from_str(&ok(schedule(&["view", text_key, "--json"]))).unwrap();
+    assert_eq!(json["id"], text_key.as_str());
+    assert_eq!(json["body_text"], "hello\nsecond line");
+    assert_eq!(json["headers"]["correlation_id"], "corr-1");
+    let unknown = format!("{due_ms}:999:1");
+    let missing = fails(schedule(&["view", &unknown]));
+    assert!(
+        missing.contains("404") && missing.contains(&unknown),
+        "{missing}"
+    );
+
+    let (data_dir, _, _) = broker.kill9();
+    let offline = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_weir"))
+            .args(["schedule", "--data-dir"])
+            .arg(&data_dir)
+            .args(args)
+            .output()
+            .expect("run weir schedule")
+    };
+    check_text(&ok(offline(&["view", text_key])));
+    check_binary(&ok(offline(&["view", binary_key])));
+    let missing = fails(offline(&["view", &unknown]));
+    assert!(
+        missing.contains("no scheduled message") && missing.contains(&unknown),
+        "{missing}"
+    );
+    let bad = fails(offline(&["view", "not-a-key"]));
+    assert!(bad.contains("not a key"), "{bad}");
+}
+
 /// `weir schedule edit`, with cancel and reschedule, on a running broker and then on its
 /// stopped data dir, each change surviving a kill -9: the edited messages arrive edited,
 /// the rescheduled one at its new time, the cancelled one never.

@@ -5,16 +5,18 @@
 //! mode fail cleanly.
 
 use super::api::{segment, AdminError, Api, ApiArgs};
+use super::broker::{cell, table};
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use weir::config::parse_duration;
 use weir::core::message::now_ms;
 use weir::core::schedule::{
     self, HeaderEdit, HeaderEditError, MessageEdit, PropertyEntry, PropertyValue, ScheduleError,
-    ScheduledMessage,
+    ScheduledDetail, ScheduledMessage,
 };
 use weir::store::{ScheduleKey, Store, StoreError, StoreOptions};
 
@@ -52,6 +54,11 @@ enum Action {
         after: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: usize,
+    },
+    /// Show one waiting message: its queue, due time, headers, properties and body.
+    View {
+        /// The key printed by `list` (due:queue:seq).
+        key: String,
     },
     /// Remove a waiting message for good.
     Cancel {
@@ -286,6 +293,13 @@ fn live(api: &Api, action: Action, as_json: bool) -> Result<(), CliError> {
             }
             page
         }
+        Action::View { key } => {
+            let detail = api.get(&format!("/api/schedule/{}", segment(&key)))?;
+            if !as_json {
+                print!("{}", detail_text(&detail, now_ms()));
+            }
+            detail
+        }
         Action::Cancel { key } => {
             let path = format!("/api/schedule/{}", segment(&key));
             let done = api.call(reqwest::Method::DELETE, &path, None)?;
@@ -454,6 +468,12 @@ fn offline(dir: PathBuf, action: Action) -> Result<(), CliError> {
                 }
             }
         }
+        Action::View { key } => {
+            let key = schedule::parse_key(&key).ok_or(CliError::BadKey(key))?;
+            let entry = schedule::read_stored(&store, key)?
+                .ok_or_else(|| ScheduleError::NotFound(schedule::format_key(&key)))?;
+            print!("{}", detail_text(&offline_detail(&entry, &names), now_ms()));
+        }
         Action::Cancel { key } => {
             let key = schedule::parse_key(&key).ok_or(CliError::BadKey(key))?;
             let entry = runtime.block_on(schedule::cancel_stored(&store, key))?;
@@ -512,11 +532,15 @@ fn parse_from(text: &str) -> Result<ScheduleKey, CliError> {
         .map_err(|_| CliError::BadKey(text.to_owned()))
 }
 
-fn print_entry(entry: &ScheduledMessage, names: &std::collections::HashMap<u32, String>, now: u64) {
-    let queue = names
-        .get(&entry.key.queue)
+fn queue_name(names: &HashMap<u32, String>, id: u32) -> String {
+    names
+        .get(&id)
         .cloned()
-        .unwrap_or_else(|| format!("#{} (gone)", entry.key.queue));
+        .unwrap_or_else(|| format!("#{id} (gone)"))
+}
+
+fn print_entry(entry: &ScheduledMessage, names: &HashMap<u32, String>, now: u64) {
+    let queue = queue_name(names, entry.key.queue);
     let due_in = due_in(entry.key.due_ms, now);
     // Non-persistent messages are dropped at the next start unless their queue is durable.
     let kept = if entry.durable { "yes" } else { "maybe" };
@@ -529,4 +553,140 @@ fn print_entry(entry: &ScheduledMessage, names: &std::collections::HashMap<u32, 
         kept,
         entry.message.message_id.as_deref().unwrap_or("-")
     );
+}
+
+/// A stopped broker's message in the shape `GET /api/schedule/{id}` answers, so both
+/// modes print it alike.
+fn offline_detail(entry: &ScheduledMessage, names: &HashMap<u32, String>) -> Value {
+    let detail = ScheduledDetail::new(entry, queue_name(names, entry.key.queue));
+    let body_base64 = detail
+        .body_text
+        .is_none()
+        .then(|| base64::engine::general_purpose::STANDARD.encode(&detail.body));
+    let mut value = serde_json::to_value(&detail).unwrap_or_default();
+    value["body_base64"] = json!(body_base64);
+    value
+}
+
+/// Bytes of a binary body shown in hex: enough to recognise a format by its start.
+const HEX_PREVIEW: usize = 32;
+
+/// One message as `weir schedule view` prints it: its fields as a FIELD VALUE table,
+/// then the body.
+fn detail_text(detail: &Value, now: u64) -> String {
+    let due = detail["due_ms"].as_u64().unwrap_or(0);
+    let mut rows = vec![
+        vec!["key".to_owned(), cell(&detail["id"])],
+        vec!["queue".to_owned(), cell(&detail["queue"])],
+        vec![
+            "due_ms".to_owned(),
+            match due > now {
+                true => format!("{due} (in {})", due_in(due, now)),
+                false => format!("{due} (due)"),
+            },
+        ],
+        vec!["enqueued_ms".to_owned(), cell(&detail["enqueued_ms"])],
+        vec!["message_id".to_owned(), cell(&detail["message_id"])],
+        vec!["group_id".to_owned(), cell(&detail["group_id"])],
+        vec!["delivery_count".to_owned(), cell(&detail["delivery_count"])],
+        vec![
+            "kept".to_owned(),
+            // Non-persistent messages are dropped at the next start unless their queue is durable.
+            match detail["durable"] == true {
+                true => "yes".to_owned(),
+                false => "maybe".to_owned(),
+            },
+        ],
+    ];
+    for (name, value) in detail["headers"].as_object().into_iter().flatten() {
+        rows.push(vec![format!("header.{name}"), cell(value)]);
+    }
+    for property in detail["properties"].as_array().into_iter().flatten() {
+        rows.push(vec![
+            format!("property.{}", cell(&property["name"])),
+            property_text(&property["value"]),
+        ]);
+    }
+    let mut out = table(&["FIELD", "VALUE"], rows);
+    let size = detail["size"].as_u64().unwrap_or(0);
+    match detail["body_text"].as_str() {
+        Some(text) => {
+            out.push_str(&format!("\nbody ({size} bytes):\n{text}"));
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        None => {
+            let bytes = detail["body_base64"]
+                .as_str()
+                .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                .unwrap_or_default();
+            let shown = bytes.len().min(HEX_PREVIEW);
+            out.push_str(&format!(
+                "\nbody ({size} bytes, not UTF-8; the first {shown} in hex):\n{}\n",
+                hex(&bytes[..shown])
+            ));
+        }
+    }
+    out
+}
+
+/// A property's value, its type beside it where the text alone would not say.
+fn property_text(value: &Value) -> String {
+    let kind = value["type"].as_str().unwrap_or("?");
+    match kind {
+        "string" => cell(&value["value"]),
+        "null" => "null".to_owned(),
+        "binary" => {
+            let bytes: Vec<u8> = value["value"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
+                .collect();
+            format!("{} (binary)", hex(&bytes))
+        }
+        _ => format!("{} ({kind})", value["value"]),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_properties_show_their_type_and_binary_shows_hex() {
+        let shown = |v: Value| property_text(&v);
+        assert_eq!(shown(json!({"type": "string", "value": "red"})), "red");
+        assert_eq!(shown(json!({"type": "int", "value": 2})), "2 (int)");
+        assert_eq!(shown(json!({"type": "bool", "value": true})), "true (bool)");
+        assert_eq!(shown(json!({"type": "null"})), "null");
+        assert_eq!(
+            shown(json!({"type": "binary", "value": [0, 171, 255]})),
+            "00 ab ff (binary)"
+        );
+    }
+
+    #[test]
+    fn a_binary_body_is_counted_and_previewed_in_hex() {
+        let detail = json!({
+            "id": "5:1:2", "due_ms": 5, "size": 40, "body_text": null,
+            "body_base64": base64::engine::general_purpose::STANDARD.encode([7u8; 40]),
+        });
+        let text = detail_text(&detail, 10);
+        assert!(text.contains("5 (due)"), "{text}");
+        let expected = format!(
+            "\nbody (40 bytes, not UTF-8; the first 32 in hex):\n{}\n",
+            ["07"; 32].join(" ")
+        );
+        assert!(text.ends_with(&expected), "{text}");
+    }
 }
