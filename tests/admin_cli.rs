@@ -64,6 +64,47 @@ fn row(table: &str, first: &str) -> Vec<String> {
         .unwrap_or_else(|| panic!("no row {first} in\n{table}"))
 }
 
+/// The cell under column `name` of the table line starting with `first`: the columns
+/// are left-aligned under their names, and a cell before it may hold spaces
+/// (`stomp 1.2`).
+fn column(table: &str, first: &str, name: &str) -> String {
+    let header = table.lines().next().unwrap_or_default();
+    let start = header
+        .split(' ')
+        .scan(0, |at, token| {
+            let here = *at;
+            *at += token.len() + 1;
+            Some((here, token))
+        })
+        .find(|(_, token)| *token == name)
+        .map(|(at, _)| at)
+        .unwrap_or_else(|| panic!("no column {name} in\n{table}"));
+    let line = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(first))
+        .unwrap_or_else(|| panic!("no row {first} in\n{table}"));
+    line.get(start..)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("row {first} has no {name} in\n{table}"))
+        .to_owned()
+}
+
+/// A rate cell: messages per second to one decimal.
+fn rate(cell: &str) -> f64 {
+    let value: f64 = cell
+        .parse()
+        .unwrap_or_else(|_| panic!("'{cell}' is not a rate"));
+    assert!(value.is_finite() && value >= 0.0, "{cell}");
+    value
+}
+
+fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
 #[test]
 fn queues_are_listed_moved_purged_and_clients_seen() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,9 +234,11 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
         b"",
     );
     assert_eq!(client.recv().unwrap().command, "RECEIPT");
+    let before_ms = epoch_ms();
     client.send("/queue/work", "w", &[("JMSXGroupID", "customer-7")]);
     assert_eq!(client.recv().expect("the grouped message").body_text(), "w");
 
+    // A first reading: rates count from here, so the second reading has some.
     let connections = ok(admin(&broker, "auditor", &["connections"]));
     let line = connections
         .lines()
@@ -203,6 +246,20 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
         .unwrap_or_else(|| panic!("{connections}"));
     let connection_id = line.split_whitespace().next().unwrap().to_owned();
     assert!(line.contains("stomp 1.2"), "{line}");
+    ok(admin(&broker, "auditor", &["consumers", "work"]));
+    client.send("/queue/work", "w2", &[("JMSXGroupID", "customer-7")]);
+    let second = client.recv().expect("the second grouped message");
+    client.ack_receipted(&second, "acked");
+    assert_eq!(client.recv().expect("the ack's receipt").command, "RECEIPT");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+
+    let connections = ok(admin(&broker, "auditor", &["connections"]));
+    let of_connection = |name: &str| column(&connections, &connection_id, name);
+    // Sent to orders, archive and later, then the two grouped ones.
+    assert_eq!(of_connection("RECEIVED"), "7", "{connections}");
+    assert_eq!(of_connection("SENT"), "2", "{connections}");
+    assert!(rate(&of_connection("RECV/S")) > 0.0, "{connections}");
+    assert!(rate(&of_connection("SENT/S")) > 0.0, "{connections}");
 
     let groups = ok(admin(&broker, "auditor", &["groups", "work"]));
     let group = row(&groups, "customer-7");
@@ -210,12 +267,30 @@ fn queues_are_listed_moved_purged_and_clients_seen() {
         (group[2].as_str(), group[3].as_str()),
         (connection_id.as_str(), "1")
     );
+    let owned_since: u64 = column(&groups, "customer-7", "OWNED_SINCE_MS")
+        .parse()
+        .unwrap();
+    let last_activity: u64 = column(&groups, "customer-7", "LAST_ACTIVITY_MS")
+        .parse()
+        .unwrap_or_else(|_| panic!("{groups}"));
+    assert!(
+        before_ms <= owned_since && owned_since <= last_activity && last_activity <= epoch_ms(),
+        "the second message and its ack came after the group was bound: {groups}"
+    );
     let consumers = ok(admin(&broker, "auditor", &["consumers", "work"]));
     let consumer = row(&consumers, &group[1]);
     assert_eq!(
         &consumer[1..5],
         [connection_id.as_str(), "stomp", "admin", "cli-test"]
     );
+    let of_consumer = |name: &str| column(&consumers, &group[1], name);
+    assert_eq!(
+        (of_consumer("DELIVERED"), of_consumer("ACKED")),
+        ("2".to_owned(), "1".to_owned()),
+        "{consumers}"
+    );
+    assert!(rate(&of_consumer("DLV/S")) > 0.0, "{consumers}");
+    assert!(rate(&of_consumer("ACK/S")) > 0.0, "{consumers}");
     let reset = ok(admin(
         &broker,
         "admin",

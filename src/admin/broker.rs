@@ -311,6 +311,7 @@ fn groups_table(groups: &Value) -> String {
                 cell(&g["unacked"]),
                 cell(&g["ready"]),
                 cell(&g["owned_since_ms"]),
+                cell(&g["last_activity_ms"]),
             ]
         })
         .collect();
@@ -322,6 +323,7 @@ fn groups_table(groups: &Value) -> String {
             "UNACKED",
             "READY",
             "OWNED_SINCE_MS",
+            "LAST_ACTIVITY_MS",
         ],
         rows,
     )
@@ -341,6 +343,10 @@ fn consumers_table(list: &Value) -> String {
                 cell(&c["client_id"]),
                 cell(&c["credit"]),
                 cell(&c["in_flight"]),
+                cell(&c["delivered"]),
+                cell(&c["acked"]),
+                cell(&c["rates"]["delivered_per_second"]),
+                cell(&c["rates"]["acked_per_second"]),
                 cell(&c["groups"]),
                 cell(&c["selector"]),
             ]
@@ -355,6 +361,10 @@ fn consumers_table(list: &Value) -> String {
             "CLIENT_ID",
             "CREDIT",
             "IN_FLIGHT",
+            "DELIVERED",
+            "ACKED",
+            "DLV/S",
+            "ACK/S",
             "GROUPS",
             "SELECTOR",
         ],
@@ -373,13 +383,28 @@ fn connections_table(list: &Value) -> String {
                 format!("{} {}", cell(&c["protocol"]), cell(&c["version"])),
                 cell(&c["peer"]),
                 cell(&c["tls"]),
+                cell(&c["messages"]["received"]),
+                cell(&c["messages"]["sent"]),
+                cell(&c["rates"]["received_per_second"]),
+                cell(&c["rates"]["sent_per_second"]),
                 cell(&c["user"]),
                 cell(&c["client_id"]),
             ]
         })
         .collect();
     table(
-        &["ID", "PROTOCOL", "PEER", "TLS", "USER", "CLIENT_ID"],
+        &[
+            "ID",
+            "PROTOCOL",
+            "PEER",
+            "TLS",
+            "RECEIVED",
+            "SENT",
+            "RECV/S",
+            "SENT/S",
+            "USER",
+            "CLIENT_ID",
+        ],
         rows,
     )
 }
