@@ -559,12 +559,8 @@ fn print_entry(entry: &ScheduledMessage, names: &HashMap<u32, String>, now: u64)
 /// modes print it alike.
 fn offline_detail(entry: &ScheduledMessage, names: &HashMap<u32, String>) -> Value {
     let detail = ScheduledDetail::new(entry, queue_name(names, entry.key.queue));
-    let body_base64 = detail
-        .body_text
-        .is_none()
-        .then(|| base64::engine::general_purpose::STANDARD.encode(&detail.body));
     let mut value = serde_json::to_value(&detail).unwrap_or_default();
-    value["body_base64"] = json!(body_base64);
+    value["body_base64"] = json!(detail.body_base64());
     value
 }
 

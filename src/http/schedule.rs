@@ -130,13 +130,9 @@ pub struct Detail {
 pub async fn view(caller: Caller, Path(id): Path<String>) -> Result<Json<Detail>, ApiError> {
     let detail = schedule(&caller)?.view(&id).await?;
     caller.may(&detail.summary.queue, Permission::View)?;
-    let body_base64 = detail
-        .body_text
-        .is_none()
-        .then(|| base64::engine::general_purpose::STANDARD.encode(&detail.body));
     Ok(Json(Detail {
+        body_base64: detail.body_base64(),
         detail,
-        body_base64,
     }))
 }
 

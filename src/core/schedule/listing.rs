@@ -275,6 +275,15 @@ impl ScheduledSummary {
 }
 
 impl ScheduledDetail {
+    /// The body in base64 when it is not UTF-8 text (`body_text` carries it then), as the
+    /// API answers and `weir schedule view` shows it offline.
+    pub fn body_base64(&self) -> Option<String> {
+        use base64::Engine as _;
+        self.body_text
+            .is_none()
+            .then(|| base64::engine::general_purpose::STANDARD.encode(&self.body))
+    }
+
     pub fn new(entry: &ScheduledMessage, queue: String) -> Self {
         let body = entry.message.body.clone();
         ScheduledDetail {
