@@ -131,7 +131,7 @@ impl Queue {
             }
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
         given
     }
 
@@ -180,7 +180,7 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
             receipt
         };
-        self.finish(after);
+        self.finish(&mut after);
         Ok(receipt)
     }
 }

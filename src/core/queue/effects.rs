@@ -41,7 +41,9 @@ impl AfterUnlock {
 }
 
 impl Queue {
-    pub(super) fn finish(self: &Arc<Self>, mut after: AfterUnlock) {
+    /// Takes `after` by reference: moved by value, it was copied with a call
+    /// to memcpy on every publish and every ack (4% of a STOMP broker's time).
+    pub(super) fn finish(self: &Arc<Self>, after: &mut AfterUnlock) {
         after.released.clear();
         // Looked up only when something is to be spawned: the handle is a
         // shared counter, touched by every thread that would clone it.
@@ -98,7 +100,7 @@ impl Queue {
         }
         if !after.diverted.is_empty() {
             if let Some(diverter) = self.diverter.upgrade() {
-                for (message, why) in after.diverted {
+                for (message, why) in after.diverted.drain(..) {
                     diverter.divert(self, message, why);
                 }
             }

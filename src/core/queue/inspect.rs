@@ -210,7 +210,7 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
             results
         };
-        self.finish(after);
+        self.finish(&mut after);
         results
     }
 

@@ -411,7 +411,7 @@ impl Queue {
             }
             self.hold_back(&mut st, completion, &mut after)
         };
-        self.finish(after);
+        self.finish(&mut after);
         completion
     }
 
@@ -477,7 +477,7 @@ impl Queue {
                 }
             }
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     /// How many due messages the delay schedule may move in now: it holds
@@ -588,7 +588,7 @@ impl Queue {
             }
             self.dispatch(st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
         id
     }
 
@@ -608,7 +608,7 @@ impl Queue {
             self.return_all_of(&mut st, consumer, &mut after);
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     /// Grants more credit (AMQP flow, or a STOMP window refill).
@@ -635,7 +635,7 @@ impl Queue {
                 dropped = std::mem::take(&mut slot.credit);
             }
         }
-        self.finish(after);
+        self.finish(&mut after);
         dropped
     }
 
@@ -648,7 +648,7 @@ impl Queue {
             }
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     /// Removes the queue's messages (temporary queue deleted). Consumers stay attached.
@@ -699,7 +699,7 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
             (removed, completion)
         };
-        self.finish(after);
+        self.finish(&mut after);
         (removed, completion)
     }
 
@@ -712,7 +712,7 @@ impl Queue {
             st.gate.pause(paused);
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     /// Holds a send's completion back while the queue drains (see [`flow`]).
@@ -745,7 +745,7 @@ impl Queue {
             }
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     fn redispatch(self: &Arc<Self>) {
@@ -754,7 +754,7 @@ impl Queue {
             let mut st = self.state.lock();
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 }
 

@@ -123,7 +123,7 @@ impl Queue {
             self.dispatch(&mut st, &mut after);
             lanes.len()
         };
-        self.finish(after);
+        self.finish(&mut after);
         reset
     }
 

@@ -64,7 +64,7 @@ impl Queue {
             }
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
         Ok(())
     }
 }

@@ -54,7 +54,7 @@ impl Queue {
             refill(&mut st, consumer, seqs.len() as u32);
             self.dispatch(&mut st, &mut after);
             drop(st);
-            self.finish(after);
+            self.finish(&mut after);
             return Ok(Completion::ready());
         }
         let mut deletes = Vec::new();
@@ -97,7 +97,7 @@ impl Queue {
             drop(st);
             result.map(|()| completion)
         };
-        self.finish(after);
+        self.finish(&mut after);
         result
     }
 
@@ -130,7 +130,7 @@ impl Queue {
                 None => Err(CoreError::UnknownDelivery(seq)),
             }
         };
-        self.finish(after);
+        self.finish(&mut after);
         result
     }
 
@@ -156,7 +156,7 @@ impl Queue {
             }
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
         skipped
     }
 
@@ -262,7 +262,7 @@ impl Queue {
             after.redeliver_at = next;
             self.dispatch(&mut st, &mut after);
         }
-        self.finish(after);
+        self.finish(&mut after);
     }
 
     /// Takes a message out of the queue's memory: its bytes go back to the
