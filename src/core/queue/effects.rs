@@ -41,8 +41,8 @@ impl AfterUnlock {
 }
 
 impl Queue {
-    /// Takes `after` by reference: moved by value, it was copied with a call
-    /// to memcpy on every publish and every ack (4% of a STOMP broker's time).
+    /// Takes `after` by reference: moved by value it is copied with a call to
+    /// memcpy on every publish and every ack (3.4% of a STOMP broker's samples).
     pub(super) fn finish(self: &Arc<Self>, after: &mut AfterUnlock) {
         after.released.clear();
         // Looked up only when something is to be spawned: the handle is a
